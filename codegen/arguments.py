@@ -1,0 +1,137 @@
+"""codegen: call arguments → checked contiguous arrays, bound sizes and output buffers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorlang import ir
+from tensorlang.errors import ArgumentError
+
+_INT32_MAX = 2**31 - 1
+
+
+def _describe(tensor: ir.Tensor) -> str:
+    dims = ", ".join(str(d) for d in tensor.shape)
+    return f"{tensor.dtype}({dims}) {tensor.name}" if tensor.shape else f"{tensor.dtype} {tensor.name}"
+
+
+def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.ndarray:
+    """A C-contiguous array of exactly the declared dtype and rank (copied if strided)."""
+    expected = np.dtype(tensor.dtype.numpy_name)
+    if isinstance(value, bool | int | float) and not tensor.shape:
+        kind_ok = (
+            (isinstance(value, bool) and tensor.dtype.is_bool)
+            or (isinstance(value, int) and not isinstance(value, bool) and tensor.dtype.is_integer)
+            or (isinstance(value, float) and tensor.dtype.is_float)
+        )
+        if not kind_ok:
+            raise ArgumentError(f"{program.name}: input {tensor.name} is {_describe(tensor)}, got Python {type(value).__name__} {value!r}")
+        if tensor.dtype.is_integer:
+            info = np.iinfo(expected)
+            if not info.min <= value <= info.max:
+                raise ArgumentError(f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot hold {value}")
+        return np.array(value, dtype=expected)
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(
+            f"{program.name}: input {tensor.name} must be a NumPy array ({_describe(tensor)}), got {type(value).__name__}"
+        )
+    if value.dtype != expected:
+        raise ArgumentError(
+            f"{program.name}: input {tensor.name} expected type {tensor.dtype} but found {value.dtype} "
+            f"(tensorlang never casts silently; convert with .astype(np.{expected.name}))"
+        )
+    if value.ndim != tensor.rank:
+        raise ArgumentError(
+            f"{program.name}: input {tensor.name} expected a tensor with {tensor.rank} dimensions "
+            f"but found {value.ndim} dimensions (shape {value.shape}); declared as {_describe(tensor)}"
+        )
+    return np.ascontiguousarray(value)
+
+
+def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+    """Size symbol → value from the input shapes, checking constants and repeated symbols."""
+    sizes: dict[str, int] = {}
+    origin: dict[str, tuple[str, int]] = {}
+    for tensor, array in zip(program.inputs, arrays):
+        for d, (declared, actual) in enumerate(zip(tensor.shape, array.shape)):
+            if actual > _INT32_MAX:
+                raise ArgumentError(f"{program.name}: input {tensor.name} dimension {d} has size {actual}, beyond the int32 index range")
+            if declared.is_Integer:
+                if int(declared) != actual:
+                    raise ArgumentError(
+                        f"{program.name}: input {tensor.name} dimension {d} is declared with constant size "
+                        f"{int(declared)} but found size {actual}"
+                    )
+                continue
+            name = str(declared)
+            if name in sizes and sizes[name] != actual:
+                first, first_dim = origin[name]
+                raise ArgumentError(
+                    f"{program.name}: mismatched sizes for {name}: {first} dimension {first_dim} gives {name} = "
+                    f"{sizes[name]} but {tensor.name} dimension {d} has size {actual}"
+                )
+            sizes.setdefault(name, actual)
+            origin.setdefault(name, (tensor.name, d))
+    return sizes
+
+
+@dataclass(frozen=True)
+class OutputBuffer:
+    """Where an output is computed (`work`) and where the caller wants it (`target`)."""
+
+    work: np.ndarray
+    target: np.ndarray | None  # the caller's array when it is not usable directly
+
+
+def normalise_out(program: ir.Program, out: object) -> dict[str, np.ndarray]:
+    """`out=` as {output name: array}; accepts a mapping or one entry per output (None = allocate)."""
+    if out is None:
+        return {}
+    names = [t.name for t in program.outputs]
+    if isinstance(out, np.ndarray):
+        out = [out]
+    if isinstance(out, Mapping):
+        unknown = [k for k in out if k not in names]
+        if unknown:
+            raise ArgumentError(f"{program.name}: out= names {unknown} that are not outputs; outputs are {names}")
+        chosen = {k: v for k, v in out.items() if v is not None}
+    elif isinstance(out, Sequence) and not isinstance(out, str | bytes):
+        if len(out) != len(names):
+            raise ArgumentError(f"{program.name}: out= needs one entry per output {names} (None to allocate), got {len(out)}")
+        chosen = {n: v for n, v in zip(names, out) if v is not None}
+    else:
+        raise ArgumentError(f"{program.name}: out= must be a mapping from output name to array, or a sequence")
+    for name, arr in chosen.items():
+        if not isinstance(arr, np.ndarray):
+            raise ArgumentError(f"{program.name}: out= for {name} must be a NumPy array, got {type(arr).__name__}")
+    return chosen
+
+
+def check_out_buffer(program: ir.Program, tensor: ir.Tensor, arr: np.ndarray, shape: tuple[int, ...]) -> OutputBuffer:
+    expected = np.dtype(tensor.dtype.numpy_name)
+    if arr.dtype != expected:
+        raise ArgumentError(f"{program.name}: out= for {tensor.name} expected type {tensor.dtype} but found {arr.dtype}")
+    if arr.shape != shape:
+        raise ArgumentError(f"{program.name}: out= for {tensor.name} expected shape {shape} but found {arr.shape}")
+    if not arr.flags.writeable:
+        raise ArgumentError(f"{program.name}: out= for {tensor.name} is read-only")
+    if arr.flags.c_contiguous:
+        return OutputBuffer(arr, None)
+    return OutputBuffer(np.ascontiguousarray(arr), arr)
+
+
+def check_no_aliasing(program: ir.Program, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+    """Outputs may share memory neither with inputs nor with each other."""
+    out_items = list(outputs.items())
+    for i, (name, arr) in enumerate(out_items):
+        for in_name, in_arr in inputs.items():
+            if np.shares_memory(arr, in_arr):
+                raise ArgumentError(f"{program.name}: output {name} (out=) shares memory with input {in_name}; pass a separate array")
+        for other, other_arr in out_items[i + 1 :]:
+            if np.shares_memory(arr, other_arr):
+                raise ArgumentError(f"{program.name}: outputs {name} and {other} (out=) share memory")

@@ -1,0 +1,80 @@
+"""codegen: LLVM IR module → optimised machine code for the host CPU, loaded in-process."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ll
+
+_lock = threading.Lock()  # LLVM's JIT and pass managers are not thread-safe
+
+
+@functools.cache
+def _initialise() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@functools.cache
+def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """A target machine for the host CPU with all its features (AVX-512 where present)."""
+    _initialise()
+    target = llvm.Target.from_default_triple()
+    return target.create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=opt,
+        reloc="default",
+        codemodel="jitdefault",
+    )
+
+
+def optimise(module: ll.Module, opt: int = 3, vectorize: bool = True) -> llvm.ModuleRef:
+    """Parse, verify and run LLVM's O3 pipeline (loop and SLP vectorisers on)."""
+    tm = target_machine()
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    ref = llvm.parse_assembly(str(module))
+    ref.verify()
+    tuning = llvm.create_pipeline_tuning_options(speed_level=opt)
+    tuning.loop_vectorization = vectorize
+    tuning.slp_vectorization = vectorize
+    tuning.loop_unrolling = True
+    builder = llvm.create_pass_builder(tm, tuning)
+    builder.getModulePassManager().run(ref, builder)
+    return ref
+
+
+@dataclass
+class MachineCode:
+    """A JIT-compiled module; `entry` is the address of tl_kernel. Keep it alive while used."""
+
+    engine: llvm.ExecutionEngine
+    module: llvm.ModuleRef
+    entry: ctypes._CFuncPtr
+
+    def assembly(self) -> str:
+        return target_machine().emit_assembly(self.module)
+
+
+KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)
+)
+
+
+def jit(module: ll.Module, vectorize: bool = True) -> MachineCode:
+    with _lock:
+        ref = optimise(module, vectorize=vectorize)
+        engine = llvm.create_mcjit_compiler(ref, target_machine())
+        engine.finalize_object()
+        address = engine.get_function_address("tl_kernel")
+    return MachineCode(engine, ref, KERNEL_SIGNATURE(address))
+
+
+def assembly_of(module: ll.Module) -> str:
+    with _lock:
+        return target_machine().emit_assembly(optimise(module))

@@ -1,0 +1,242 @@
+"""codegen: Schedule → Kernel, a callable on NumPy arrays that JIT-compiles per set of sizes."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+
+from polyhedral import Scop
+from polyhedral.sizes import compile_size_expr
+from scheduler import Schedule
+from tensorlang import ir
+from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
+from tensorlang.options import Options
+
+from . import arguments as args_
+from .astgen import build_ast
+from .jit import MachineCode, assembly_of, jit, optimise
+from .loops import loops_text
+from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, kernel_layout, lower_to_llvm
+
+STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops", "llvm", "asm")
+
+
+@dataclass
+class Specialisation:
+    """Machine code for one set of sizes, with the parameter values it was built for."""
+
+    code: MachineCode
+    layout: KernelLayout
+    params: np.ndarray  # int64 parameter array passed at each call
+
+
+class Kernel:
+    """A compiled def. Call it with the inputs (NumPy arrays) in the def's order."""
+
+    def __init__(self, program: ir.Program, schedule: Schedule, options: Options, syntax_text: str):
+        self.program = program
+        self.schedule = schedule
+        self.scop: Scop = schedule.scop
+        self.options = options
+        self._syntax_text = syntax_text
+        self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
+        self._cache: dict[tuple[int, ...], Specialisation] = {}
+        self._lock = threading.Lock()
+        self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(t) for t in self.program.inputs)
+        outs = ", ".join(t.name for t in self.program.outputs)
+        return f"<tensorlang.Kernel {self.name}({ins}) -> ({outs})>"
+
+    # ------------------------------------------------------------------ calling
+
+    def __call__(self, *inputs: object, out: object = None):
+        program = self.program
+        if len(inputs) != len(program.inputs):
+            names = ", ".join(t.name for t in program.inputs)
+            raise ArgumentError(f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}")
+        arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
+        sizes = args_.bind_sizes(program, arrays)
+        shapes = self._shapes(sizes)
+        requested = args_.normalise_out(program, out)
+        buffers = {
+            name: args_.check_out_buffer(program, program.tensor(name), arr, shapes[name]) for name, arr in requested.items()
+        }
+        args_.check_no_aliasing(program, {t.name: a for t, a in zip(program.inputs, arrays)}, requested)
+        spec = self._specialisation(sizes)
+        storage: dict[str, np.ndarray] = {t.name: a for t, a in zip(program.inputs, arrays)}
+        for t in program.outputs + program.temporaries:
+            if t.name in buffers:
+                storage[t.name] = buffers[t.name].work
+                continue
+            if self._starts_uninitialised(t.name) and t.role == "output":
+                warnings.warn(
+                    f"{program.name}: output {t.name} is accumulated without initialisation (+= without !) "
+                    f"and no out= buffer was given; it starts from zeros",
+                    TensorLangWarning,
+                    stacklevel=2,
+                )
+            alloc = np.zeros if self._starts_uninitialised(t.name) else np.empty
+            storage[t.name] = alloc(shapes[t.name], dtype=t.dtype.numpy_name)
+        self._run(spec, storage, buffers)
+        for buf in buffers.values():
+            if buf.target is not None:
+                buf.target[...] = buf.work
+        results = tuple(buffers[t.name].target if t.name in buffers and buffers[t.name].target is not None else storage[t.name] for t in program.outputs)
+        return results[0] if len(results) == 1 else results
+
+    def _starts_uninitialised(self, tensor: str) -> bool:
+        for st in self.program.statements:
+            if st.tensor == tensor:
+                return st.uninitialized
+        return False
+
+    def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        shapes = {}
+        for t in self.program.outputs + self.program.temporaries:
+            shape = tuple(fn(sizes) for fn in self._shape_fns[t.name])
+            for d, extent in enumerate(shape):
+                if extent < 0:
+                    raise ArgumentError(
+                        f"{self.name}: {t.role} {t.name} dimension {d} would have negative size {extent} "
+                        f"({t.shape[d]} with {_sizes_text(sizes)})"
+                    )
+            shapes[t.name] = shape
+        return shapes
+
+    def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
+        layout = spec.layout
+        pointers = (ctypes.c_void_p * max(1, len(layout.tensors)))(*[storage[n].ctypes.data for n in layout.tensors])
+        error = np.zeros(4, dtype=np.int64)
+        params = spec.params
+        code = spec.code.entry(
+            pointers,
+            params.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+            error.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+        )
+        if code != 0:
+            raise self._runtime_error(int(code), error)
+
+    def _runtime_error(self, code: int, error: np.ndarray) -> ArgumentError:
+        if code == ERROR_INDEX:
+            check = self.scop.checks[int(error[1])]
+            dim, value = int(error[2]), int(error[3])
+            stmt = self.scop.statement(check.statement).statement
+            where = _statement_location(stmt)
+            access = str(check.read) if check.read is not None else f"{check.tensor} (write)"
+            return ArgumentError(
+                f"{self.name}: index {value} out of range for dimension {dim} of {check.tensor} "
+                f"in {access}{where}; generated code never accesses out of bounds, so the call was stopped"
+            )
+        if code == ERROR_DIVISION:
+            stmt = self.program.statements[int(error[1])]
+            return ArgumentError(f"{self.name}: integer division by zero in statement {stmt.tensor}{_statement_location(stmt)}")
+        return ArgumentError(f"{self.name}: kernel failed with code {code}")
+
+    def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
+        key = tuple(sizes[s.name] for s in self.program.sizes)
+        spec = self._cache.get(key)
+        if spec is not None:
+            return spec
+        with self._lock:
+            spec = self._cache.get(key)
+            if spec is None:
+                self._check_preconditions(sizes)
+                spec = self._build(sizes)
+                self._cache[key] = spec
+        return spec
+
+    def _param_values(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        values = self.scop.params.values(sizes)
+        for t in self.program.tensors:
+            for d, fn in enumerate(self._shape_fns[t.name]):
+                values[f"{t.name}.{d}"] = fn(sizes)
+        return values
+
+    def _build(self, sizes: Mapping[str, int]) -> Specialisation:
+        values = self._param_values(sizes)
+        layout = kernel_layout(self.scop)
+        try:
+            if self.options.specialize:
+                ast = build_ast(self.schedule, sizes)
+                module, layout = lower_to_llvm(self.scop, ast, values, self.options.fast_math)
+            else:
+                ast = build_ast(self.schedule, None)
+                module, layout = lower_to_llvm(self.scop, ast, None, self.options.fast_math)
+            code = jit(module, vectorize=self.options.vectorize)
+        except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
+            raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc
+        self.compile_count += 1
+        params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
+        return Specialisation(code, layout, params)
+
+    def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
+        """Accesses proved in bounds only for some sizes: reject the sizes that break them."""
+        fixed = None
+        for check in self.scop.checks:
+            if check.violation is None:
+                continue
+            fixed = fixed if fixed is not None else self.scop.params.fixed_context(sizes)
+            if not check.violation.intersect(fixed).is_empty():
+                stmt = self.scop.statement(check.statement).statement
+                access = str(check.read) if check.read is not None else f"the write of {check.tensor}"
+                shape = self._describe_tensor(check.tensor, sizes)
+                raise ArgumentError(
+                    f"{self.name}: with {_sizes_text(sizes)}, {access} would access {check.tensor} "
+                    f"out of bounds ({shape}){_statement_location(stmt)}"
+                )
+
+    def _describe_tensor(self, name: str, sizes: Mapping[str, int]) -> str:
+        shape = tuple(fn(sizes) for fn in self._shape_fns[name])
+        return f"{name} has shape {shape}"
+
+    # ------------------------------------------------------------------ inspection
+
+    def inspect(self, stage: str, sizes: Mapping[str, int] | None = None) -> str:
+        """The text of one compilation stage; with `sizes`, of the code specialised to them."""
+        if stage not in STAGES:
+            raise TensorLangError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+        if sizes is not None:
+            missing = [s.name for s in self.program.sizes if s.name not in sizes]
+            if missing:
+                raise TensorLangError(f"inspect: sizes= lacks {', '.join(missing)}")
+        if stage == "ast":
+            return self._syntax_text
+        if stage == "ir":
+            return str(self.program)
+        if stage == "scop":
+            return str(self.scop)
+        if stage == "deps":
+            return str(self.scop.dependences)
+        if stage == "schedule":
+            return str(self.schedule)
+        ast = build_ast(self.schedule, sizes)
+        if stage == "loops":
+            return loops_text(self.scop, ast)
+        values = self._param_values(sizes) if sizes is not None else None
+        module, _ = lower_to_llvm(self.scop, ast, values, self.options.fast_math)
+        if stage == "llvm":
+            return str(optimise(module, vectorize=self.options.vectorize))
+        return assembly_of(module)
+
+
+def _sizes_text(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "no sizes"
+
+
+def _statement_location(stmt: ir.Statement) -> str:
+    if stmt.span is None:
+        return ""
+    line = stmt.span.source.line_text(stmt.span.line).strip()
+    return f" (line {stmt.span.line}: {line})"

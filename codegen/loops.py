@@ -1,0 +1,91 @@
+"""codegen: LoopAst → C-like pseudo-code of the loop nest (for `inspect("loops")` and `--emit loops`)."""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polyhedral import Scop
+from tensorlang import ir
+
+from .astgen import LoopAst
+
+_IDENTITY = {"+": "0", "*": "1", "min": "+inf", "max": "-inf"}
+
+
+def _expr(e: ir.Expr, names: dict[str, str]) -> str:
+    match e:
+        case ir.IndexRef(name=n):
+            return names.get(n, n)
+        case ir.Read(tensor=t, indices=ix):
+            return t + "".join(f"[{_expr(i, names)}]" for i in ix)
+        case ir.Const() | ir.SizeRef():
+            return str(e)
+        case ir.Unary(op=op, operand=o):
+            return f"{op}{_expr(o, names)}"
+        case ir.Binary(op="min" | "max", lhs=a, rhs=b):
+            return f"{e.op}({_expr(a, names)}, {_expr(b, names)})"
+        case ir.Binary(op=op, lhs=a, rhs=b):
+            return f"({_expr(a, names)} {op} {_expr(b, names)})"
+        case ir.Select(cond=c, if_true=t, if_false=f):
+            return f"({_expr(c, names)} ? {_expr(t, names)} : {_expr(f, names)})"
+        case ir.Cast(operand=o):
+            return f"({e.dtype}){_expr(o, names)}"
+        case ir.Call(function=fn, args=args):
+            return f"{fn}({', '.join(_expr(a, names) for a in args)})"
+    return str(e)
+
+
+def statement_text(scop: Scop, name: str, index_names: dict[str, str]) -> str:
+    """One statement instance as C, with index variables replaced by loop expressions."""
+    stmt = scop.statement(name)
+    st = stmt.statement
+    lhs = st.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
+    if stmt.kind == "init":
+        return f"{lhs} = {_IDENTITY[st.op]};"
+    rhs = _expr(st.rhs, index_names)
+    if st.op == "=":
+        return f"{lhs} = {rhs};"
+    if st.op in ("+", "*"):
+        return f"{lhs} {st.op}= {rhs};"
+    return f"{lhs} = {st.op}({lhs}, {rhs});"
+
+
+def loops_text(scop: Scop, ast: LoopAst) -> str:
+    lines: list[str] = []
+
+    def emit(node: isl.AstNode, depth: int) -> None:
+        pad = "  " * depth
+        t = node.get_type()
+        NT = isl.ast_node_type
+        if t == NT.block:
+            children = node.block_get_children()
+            for i in range(children.n_ast_node()):
+                emit(children.get_at(i), depth)
+        elif t == NT.mark:
+            lines.append(f"{pad}// {node.mark_get_id().get_name()}")
+            emit(node.mark_get_node(), depth)
+        elif t == NT.user:
+            leaf = ast.leaves[node.get_annotation().get_name()]
+            names = {v: e.to_C_str() for v, e in leaf.index_exprs}
+            lines.append(f"{pad}{statement_text(scop, leaf.statement, names)}  // {leaf.statement}")
+        elif t == NT.if_:
+            lines.append(f"{pad}if ({node.if_get_cond().to_C_str()}) {{")
+            emit(node.if_get_then_node(), depth + 1)
+            if node.if_has_else_node():
+                lines.append(f"{pad}}} else {{")
+                emit(node.if_get_else_node(), depth + 1)
+            lines.append(f"{pad}}}")
+        elif t == NT.for_:
+            it = node.for_get_iterator().to_C_str()
+            init = node.for_get_init().to_C_str()
+            if node.for_is_degenerate():
+                lines.append(f"{pad}{{ // {it} = {init}")
+            else:
+                cond = node.for_get_cond().to_C_str()
+                inc = node.for_get_inc().to_C_str()
+                lines.append(f"{pad}for (int64 {it} = {init}; {cond}; {it} += {inc}) {{")
+            emit(node.for_get_body(), depth + 1)
+            lines.append(f"{pad}}}")
+
+    emit(ast.root, 0)
+    return "\n".join(lines)

@@ -1,0 +1,384 @@
+"""codegen: LoopAst + Scop → LLVM IR module (loops, statement bodies, run-time checks).
+
+The module defines `tl_kernel(i8** buffers, i64* params, i64* error) -> i32`, which unpacks its
+arguments and calls `tl_body`, whose tensor pointers are `noalias`. Parameters are the isl
+parameters followed by every tensor dimension; when the AST is specialised to concrete sizes
+they are compile-time constants instead. A non-zero return code reports a run-time error whose
+details are in `error[0..3]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+import llvmlite.ir as ll
+
+from polyhedral import Scop
+from polyhedral.sizes import isl_param_name
+from tensorlang import ir
+from tensorlang.dtypes import ScalarType
+
+from . import values as V
+from .astgen import Leaf, LoopAst
+from .builtins import emit_builtin
+
+ERROR_INDEX = 1  # error = [code, check id, dim, value]
+ERROR_DIVISION = 2
+
+
+@dataclass(frozen=True)
+class KernelLayout:
+    """How the host passes arguments: buffer order and parameter order."""
+
+    tensors: tuple[str, ...]  # buffer pointer order
+    params: tuple[str, ...]  # isl parameters, then "<tensor>.<dim>" for every tensor dimension
+
+
+def kernel_layout(scop: Scop) -> KernelLayout:
+    program = scop.program
+    dims = tuple(f"{t.name}.{d}" for t in program.tensors for d in range(t.rank))
+    return KernelLayout(tuple(t.name for t in program.tensors), scop.params.names + dims)
+
+
+def _contains_trap_or_read(e: ir.Expr) -> bool:
+    """True when evaluating `e` eagerly could read memory or trap (so it must stay lazy)."""
+    for x in ir.walk(e):
+        if isinstance(x, ir.Read):
+            return True
+        if isinstance(x, ir.Binary) and x.op in ("/", "%") and x.dtype.is_integer:
+            return True
+    return False
+
+
+class Lowering:
+    """Emits one kernel module. Single use: construct, then call `run()`."""
+
+    def __init__(self, scop: Scop, ast: LoopAst, layout: KernelLayout, param_values: Mapping[str, int] | None, fast_math: bool):
+        self.scop = scop
+        self.program = scop.program
+        self.ast = ast
+        self.layout = layout
+        self.flags = ("fast",) if fast_math else ()
+        self.module = ll.Module("tensorlang")
+        self.check_ids = {}  # (statement, id(read)) -> index into scop.checks
+        for n, c in enumerate(scop.checks):
+            self.check_ids[(c.statement, id(c.read) if c.read is not None else None)] = n
+        tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in layout.tensors]
+        specialised = param_values is not None
+        param_types = [] if specialised else [V.I64] * len(layout.params)
+        body_ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer()])
+        self.body = ll.Function(self.module, body_ty, "tl_body")
+        self.body.attributes.add("noinline")
+        self.body.attributes.add("nounwind")
+        for arg in self.body.args[: len(tensor_types)]:
+            arg.add_attribute("noalias")
+        self.error_ptr = self.body.args[-1]
+        self.b = ll.IRBuilder(self.body.append_basic_block("entry"))
+        if specialised:
+            self.params = {p: ll.Constant(V.I64, int(param_values[p])) for p in layout.params}
+        else:
+            self.params = dict(zip(layout.params, self.body.args[len(tensor_types) : -1]))
+        self.pointers = dict(zip(layout.tensors, self.body.args))
+        self.leaf_statement: PolyLeafContext | None = None
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> ll.Module:
+        self.emit_node(self.ast.root, {})
+        self.b.ret(ll.Constant(V.I32, 0))
+        self._emit_entry()
+        return self.module
+
+    def _emit_entry(self) -> None:
+        ptr_ty = V.I8.as_pointer()
+        ty = ll.FunctionType(V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer()])
+        fn = ll.Function(self.module, ty, "tl_kernel")
+        buffers, params, error = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        args = []
+        for n, name in enumerate(self.layout.tensors):
+            raw = b.load(b.gep(buffers, [ll.Constant(V.I64, n)]))
+            args.append(b.bitcast(raw, self.body.args[n].type))
+        if len(self.body.args) > len(self.layout.tensors) + 1:
+            for n in range(len(self.layout.params)):
+                args.append(b.load(b.gep(params, [ll.Constant(V.I64, n)])))
+        args.append(error)
+        b.ret(b.call(self.body, args))
+
+    # ------------------------------------------------------------------ AST nodes
+
+    def emit_node(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        t = node.get_type()
+        NT = isl.ast_node_type
+        if t == NT.block:
+            children = node.block_get_children()
+            for i in range(children.n_ast_node()):
+                self.emit_node(children.get_at(i), env)
+        elif t == NT.mark:
+            self.emit_node(node.mark_get_node(), env)
+        elif t == NT.user:
+            self.emit_leaf(self.ast.leaves[node.get_annotation().get_name()], env)
+        elif t == NT.if_:
+            cond = self.ast_expr(node.if_get_cond(), env)
+            if node.if_has_else_node():
+                with self.b.if_else(cond) as (then, otherwise):
+                    with then:
+                        self.emit_node(node.if_get_then_node(), env)
+                    with otherwise:
+                        self.emit_node(node.if_get_else_node(), env)
+            else:
+                with self.b.if_then(cond):
+                    self.emit_node(node.if_get_then_node(), env)
+        elif t == NT.for_:
+            self.emit_for(node, env)
+        else:
+            raise NotImplementedError(f"isl AST node type {t}")
+
+    def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        name = node.for_get_iterator().get_id().get_name()
+        init = self.ast_expr(node.for_get_init(), env)
+        if node.for_is_degenerate():
+            self.emit_node(node.for_get_body(), {**env, name: init})
+            return
+        b = self.b
+        pre = b.block
+        header = self.body.append_basic_block(f"{name}.header")
+        body = self.body.append_basic_block(f"{name}.body")
+        exit_ = self.body.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(V.I64, name)
+        iv.add_incoming(init, pre)
+        inner = {**env, name: iv}
+        b.cbranch(self.ast_expr(node.for_get_cond(), inner), body, exit_)
+        b.position_at_end(body)
+        self.emit_node(node.for_get_body(), inner)
+        step = b.add(iv, self.ast_expr(node.for_get_inc(), inner), flags=["nsw"])
+        iv.add_incoming(step, b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
+        b = self.b
+        et = e.get_type()
+        if et == isl.ast_expr_type.int:
+            return ll.Constant(V.I64, e.get_val().to_python())
+        if et == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            return env[name] if name in env else self.params[name]
+        T = isl.ast_expr_op_type
+        op = e.get_op_type()
+        args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
+        if op in (T.and_then, T.or_else):
+            # short-circuit for safety: the right operand may only be valid when the left holds
+            return b.select(self.ast_expr(args[0], env), self.ast_expr(args[1], env), ll.Constant(V.I1, 0)) if op == T.and_then else b.select(self.ast_expr(args[0], env), ll.Constant(V.I1, 1), self.ast_expr(args[1], env))
+        v = [self.ast_expr(a, env) for a in args]
+        if op == T.add:
+            return b.add(v[0], v[1], flags=["nsw"])
+        if op == T.sub:
+            return b.sub(v[0], v[1], flags=["nsw"])
+        if op == T.mul:
+            return b.mul(v[0], v[1], flags=["nsw"])
+        if op == T.minus:
+            return b.sub(ll.Constant(V.I64, 0), v[0], flags=["nsw"])
+        if op in (T.min, T.max):
+            acc = v[0]
+            for x in v[1:]:
+                acc = b.select(b.icmp_signed("<" if op == T.min else ">", acc, x), acc, x)
+            return acc
+        if op in (T.div, T.pdiv_q):
+            return b.sdiv(v[0], v[1])
+        if op in (T.pdiv_r, T.zdiv_r):
+            return b.srem(v[0], v[1])
+        if op == T.fdiv_q:
+            return V.int_div_mod(b, "/", ScalarType.INT64, v[0], v[1])
+        if op == T.and_:
+            return b.and_(v[0], v[1])
+        if op == T.or_:
+            return b.or_(v[0], v[1])
+        if op in (T.select, T.cond):
+            return b.select(v[0], v[1], v[2])
+        preds = {T.eq: "==", T.le: "<=", T.lt: "<", T.ge: ">=", T.gt: ">"}
+        if op in preds:
+            return b.icmp_signed(preds[op], v[0], v[1])
+        raise NotImplementedError(f"isl AST expression {op}")
+
+    # ------------------------------------------------------------------ statements
+
+    def emit_leaf(self, leaf: Leaf, env: dict[str, ll.Value]) -> None:
+        stmt = self.scop.statement(leaf.statement)
+        indices = {var: self.ast_expr(expr, env) for var, expr in leaf.index_exprs}
+        ctx = PolyLeafContext(stmt.name, stmt.statement, indices)
+        self.leaf_statement = ctx
+        st = stmt.statement
+        target = self.program.tensor(st.tensor)
+        lhs = tuple(ir.IndexRef(name=v) for v in st.indices)
+        ptr = self.address(st.tensor, lhs, None)
+        if stmt.kind == "init":
+            V.store_element(self.b, V.identity(st.op, target.dtype), ptr, target.dtype)
+            return
+        value = self.value(st.rhs)
+        if st.op != "=":
+            old = V.load_element(self.b, ptr, target.dtype)
+            value = V.combine(self.b, st.op, target.dtype, old, value, self.flags)
+        V.store_element(self.b, value, ptr, target.dtype)
+
+    def index_value(self, e: ir.Expr) -> ll.Value:
+        """An integral subscript as i64 (affine ones directly in 64-bit arithmetic)."""
+        form = ir.affine_form(e)
+        b = self.b
+        if form is None:
+            return V.to_index(b, self.value(e), e.dtype)
+        acc = ll.Constant(V.I64, form.constant)
+        for name, coeff in form.coeffs:
+            term = self.leaf_statement.indices.get(name)
+            if term is None:
+                term = self.params[isl_param_name(name)]
+            if coeff != 1:
+                term = b.mul(term, ll.Constant(V.I64, coeff), flags=["nsw"])
+            acc = b.add(acc, term, flags=["nsw"])
+        return acc
+
+    def extent(self, tensor: str, d: int) -> ll.Value:
+        return self.params[f"{tensor}.{d}"]
+
+    def address(self, tensor: str, subscripts: tuple[ir.Expr, ...], read: ir.Read | None) -> ll.Value:
+        b = self.b
+        idx = [self.index_value(s) for s in subscripts]
+        check = self.check_ids.get((self.leaf_statement.name, id(read) if read is not None else None))
+        if check is not None:
+            for d in self.scop.checks[check].dynamic_dims:
+                self.require_in_range(idx[d], self.extent(tensor, d), check, d)
+        offset = ll.Constant(V.I64, 0)
+        for d, i in enumerate(idx):
+            offset = i if d == 0 else b.add(b.mul(offset, self.extent(tensor, d), flags=["nsw"]), i, flags=["nsw"])
+        return b.gep(self.pointers[tensor], [offset], inbounds=True)
+
+    def fail(self, code: int, detail: tuple[ll.Value, ...]) -> None:
+        """At the current position: record the error and return `code`."""
+        b = self.b
+        values = (ll.Constant(V.I64, code),) + detail
+        for n, v in enumerate(values):
+            b.store(v, b.gep(self.error_ptr, [ll.Constant(V.I64, n)]))
+        b.ret(ll.Constant(V.I32, code))
+
+    def require(self, ok: ll.Value, code: int, detail: tuple[ll.Value, ...]) -> None:
+        bad = self.body.append_basic_block("check.fail")
+        cont = self.body.append_basic_block("check.ok")
+        self.b.cbranch(ok, cont, bad)
+        self.b.position_at_end(bad)
+        self.fail(code, detail)
+        self.b.position_at_end(cont)
+
+    def require_in_range(self, index: ll.Value, extent: ll.Value, check: int, dim: int) -> None:
+        # one unsigned comparison covers both index < 0 and index >= extent
+        ok = self.b.icmp_unsigned("<", index, extent)
+        self.require(ok, ERROR_INDEX, (ll.Constant(V.I64, check), ll.Constant(V.I64, dim), index))
+
+    # ------------------------------------------------------------------ expressions
+
+    def value(self, e: ir.Expr) -> ll.Value:
+        b = self.b
+        match e:
+            case ir.Const(value=v):
+                return V.const(e.dtype, v)
+            case ir.IndexRef(name=n):
+                return V.convert(b, self.leaf_statement.indices[n], ScalarType.INT64, e.dtype)
+            case ir.SizeRef(name=n):
+                return V.convert(b, self.params[isl_param_name(n)], ScalarType.INT64, e.dtype)
+            case ir.Read(tensor=t, indices=ix):
+                return V.load_element(b, self.address(t, ix, e), e.dtype)
+            case ir.Cast(operand=o):
+                return V.convert(b, self.value(o), o.dtype, e.dtype)
+            case ir.Unary(op="!", operand=o):
+                return b.xor(self.value(o), ll.Constant(V.I1, 1))
+            case ir.Unary(op="-", operand=o):
+                x = self.value(o)
+                return b.fneg(x) if e.dtype.is_float else b.sub(ll.Constant(x.type, 0), x)
+            case ir.Select(cond=c, if_true=t, if_false=f):
+                return self.select(c, t, f)
+            case ir.Binary(op="&&" | "||", lhs=lhs, rhs=rhs):
+                if not _contains_trap_or_read(rhs):
+                    x, y = self.value(lhs), self.value(rhs)
+                    return b.and_(x, y) if e.op == "&&" else b.or_(x, y)
+                if e.op == "&&":
+                    return self.select(lhs, rhs, ir.Const(value=False, dtype=ScalarType.BOOL))
+                return self.select(lhs, ir.Const(value=True, dtype=ScalarType.BOOL), rhs)
+            case ir.Binary(op=op, lhs=lhs, rhs=rhs):
+                return self.binary(op, lhs, rhs, e.dtype)
+            case ir.Call(function=fn, args=args):
+                return emit_builtin(b, fn, [self.value(a) for a in args])
+        raise NotImplementedError(f"expression {e!r}")
+
+    def select(self, cond: ir.Expr, if_true: ir.Expr, if_false: ir.Expr) -> ll.Value:
+        b = self.b
+        c = self.value(cond)
+        if not (_contains_trap_or_read(if_true) or _contains_trap_or_read(if_false)):
+            return b.select(c, self.value(if_true), self.value(if_false))
+        with b.if_else(c) as (then, otherwise):
+            with then:
+                t_val = self.value(if_true)
+                t_block = b.block
+            with otherwise:
+                f_val = self.value(if_false)
+                f_block = b.block
+        phi = b.phi(t_val.type)
+        phi.add_incoming(t_val, t_block)
+        phi.add_incoming(f_val, f_block)
+        return phi
+
+    def binary(self, op: str, lhs: ir.Expr, rhs: ir.Expr, dtype: ScalarType) -> ll.Value:
+        b = self.b
+        t = lhs.dtype
+        x, y = self.value(lhs), self.value(rhs)
+        if op in ir.COMPARISON_OPS:
+            return V.compare(b, op, t, x, y)
+        if op in ("min", "max"):
+            return V.combine(b, op, t, x, y, self.flags)
+        if t.is_bool:
+            return {"+": b.or_, "*": b.and_, "-": b.xor}.get(op, b.or_)(x, y)
+        if t.is_float:
+            if op == "+":
+                return b.fadd(x, y, flags=self.flags)
+            if op == "-":
+                return b.fsub(x, y, flags=self.flags)
+            if op == "*":
+                return b.fmul(x, y, flags=self.flags)
+            if op == "/":
+                return b.fdiv(x, y, flags=self.flags)
+            if op == "%":
+                return V.float_mod(b, x, y, self.flags)
+        else:
+            if op == "+":
+                return b.add(x, y)
+            if op == "-":
+                return b.sub(x, y)
+            if op == "*":
+                return b.mul(x, y)
+            if op in ("/", "%"):
+                if not (isinstance(y, ll.Constant) and y.constant != 0):
+                    ok = b.icmp_unsigned("!=", y, ll.Constant(y.type, 0))
+                    position = ll.Constant(V.I64, self.leaf_statement.statement_position)
+                    self.require(ok, ERROR_DIVISION, (position, ll.Constant(V.I64, 0), ll.Constant(V.I64, 0)))
+                return V.int_div_mod(b, op, t, x, y)
+        raise NotImplementedError(f"operator {op} on {t}")
+
+
+@dataclass
+class PolyLeafContext:
+    """The statement instance being emitted: its name and index variable values."""
+
+    name: str
+    statement: ir.Statement
+    indices: dict[str, ll.Value]
+
+    @property
+    def statement_position(self) -> int:
+        return int(self.name[1:])
+
+
+def lower_to_llvm(scop: Scop, ast: LoopAst, param_values: Mapping[str, int] | None, fast_math: bool = False) -> tuple[ll.Module, KernelLayout]:
+    layout = kernel_layout(scop)
+    return Lowering(scop, ast, layout, param_values, fast_math).run(), layout

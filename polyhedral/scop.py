@@ -1,0 +1,268 @@
+"""polyhedral: ir.Program → Scop (isl domains, access relations, bounds proofs, dependences).
+
+Each ir.Statement becomes one polyhedral statement `S<k>` over the box of its index ranges;
+a `op=!` statement on a fresh tensor also gets an init statement `I<k>` (identity over the LHS
+box) scheduled just before it. Statement names are ours, never the user's, so isl objects are
+built from the IR without formatting user text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+import sympy
+
+from tensorlang import ir
+
+from .accesses import Access, ExprConverter, access_relation, guarded_reads
+from .sizes import ParamSpace, make_param_space, to_pwaff
+
+
+@dataclass(frozen=True)
+class PolyStatement:
+    """One polyhedral statement: an ir.Statement's init or its body."""
+
+    name: str  # "S3" (body of statement 3) or "I3" (its identity initialisation)
+    kind: str  # "init" or "body"
+    position: int  # index of the ir.Statement in the program
+    statement: ir.Statement
+    domain: isl.Set  # dims named after the statement's index variables
+    accesses: tuple[Access, ...]  # the write first, then the reads in evaluation order
+
+    @property
+    def index_vars(self) -> tuple[str, ...]:
+        return self.statement.indices if self.kind == "init" else self.statement.all_indices
+
+    @property
+    def write(self) -> Access:
+        return self.accesses[0]
+
+    @property
+    def reads(self) -> tuple[Access, ...]:
+        return self.accesses[1:]
+
+
+@dataclass(frozen=True)
+class BoundsCheck:
+    """An access that could not be proved in bounds for all sizes.
+
+    dynamic_dims: subscripts checked in the generated code at each execution (gathers, or
+        accesses under a non-affine condition).
+    violation: parameter values for which an affine access leaves the tensor; checked once
+        per set of sizes at call time. None when there is no such static part.
+    """
+
+    statement: str
+    tensor: str
+    read: ir.Read | None
+    dynamic_dims: tuple[int, ...]
+    violation: isl.Set | None
+
+
+@dataclass(frozen=True)
+class Dependences:
+    """Value-based flow (RAW) and memory-based anti (WAR) and output (WAW) dependences."""
+
+    raw: isl.UnionMap
+    war: isl.UnionMap
+    waw: isl.UnionMap
+
+    @property
+    def all(self) -> isl.UnionMap:
+        return self.raw.union(self.war).union(self.waw).coalesce()
+
+    def __str__(self) -> str:
+        return f"RAW: {self.raw}\nWAR: {self.war}\nWAW: {self.waw}"
+
+
+@dataclass(frozen=True)
+class Scop:
+    """The polyhedral model of one program."""
+
+    program: ir.Program
+    params: ParamSpace
+    statements: tuple[PolyStatement, ...]
+    checks: tuple[BoundsCheck, ...]
+    dependences: Dependences
+
+    @property
+    def ctx(self) -> isl.Context:
+        return self.params.ctx
+
+    @property
+    def context(self) -> isl.Set:
+        return self.params.context()
+
+    def statement(self, name: str) -> PolyStatement:
+        for s in self.statements:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def domain(self) -> isl.UnionSet:
+        out = isl.UnionSet.empty(self.params.param_space())
+        for s in self.statements:
+            out = out.union(isl.UnionSet.from_set(s.domain))
+        return out.align_params(self.context.get_space())
+
+    def original_schedule(self) -> isl.UnionMap:
+        return original_order(self.statements, self.params)
+
+    def __str__(self) -> str:
+        lines = [f"params: [{', '.join(self.params.names)}]"]
+        for name, expr in self.params.derived:
+            lines.append(f"derived {name} = {expr}")
+        for s in self.statements:
+            lines.append(f"{s.name}: {s.domain}")
+            for a in s.accesses:
+                tag = "write" if a.is_write else "read "
+                lines.append(f"  {tag} {a.relation}")
+        for c in self.checks:
+            what = f"{c.tensor}({', '.join(map(str, c.read.indices))})" if c.read else f"{c.tensor} (write)"
+            parts = []
+            if c.dynamic_dims:
+                parts.append(f"run-time check of dims {list(c.dynamic_dims)}")
+            if c.violation is not None:
+                parts.append(f"call-time check: out of bounds when {c.violation}")
+            lines.append(f"check {c.statement} {what}: {'; '.join(parts)}")
+        return "\n".join(lines)
+
+    def verify(self) -> None:
+        names = [s.name for s in self.statements]
+        assert len(set(names)) == len(names), names
+        for s in self.statements:
+            assert s.domain.get_tuple_name() == s.name, s.name
+            assert s.write.is_write and not any(a.is_write for a in s.reads), s.name
+            for a in s.accesses:
+                assert a.relation.domain().is_subset(s.domain), (s.name, a.tensor)
+
+
+def original_order(statements: tuple[PolyStatement, ...], params: ParamSpace) -> isl.UnionMap:
+    """The textual execution order: { S[x] -> [q, x0, .., xn, 0..] } with q the sequence number."""
+    depth = max((len(s.index_vars) for s in statements), default=0)
+    out = None
+    for q, s in enumerate(statements):
+        n = len(s.index_vars)
+        target = isl.Space.create_from_names(params.ctx, set=[f"t{d}" for d in range(depth + 1)], params=list(params.names))
+        m = isl.Map.from_domain_and_range(s.domain, isl.Set.universe(target))
+        m = m.fix_val(isl.dim_type.out, 0, isl.Val.int_from_si(params.ctx, q))
+        for d in range(n):
+            m = m.equate(isl.dim_type.in_, d, isl.dim_type.out, d + 1)
+        for d in range(n, depth):
+            m = m.fix_val(isl.dim_type.out, d + 1, isl.Val.zero(params.ctx))
+        um = isl.UnionMap.from_map(m)
+        out = um if out is None else out.union(um)
+    return out if out is not None else isl.UnionMap.empty(params.param_space())
+
+
+def _size_exprs(program: ir.Program) -> list[sympy.Expr]:
+    exprs = [d for t in program.tensors for d in t.shape]
+    exprs += [x for st in program.statements for r in st.ranges for x in (r.lo, r.hi)]
+    return exprs
+
+
+def tensor_box(params: ParamSpace, tensor: ir.Tensor) -> isl.Set:
+    """{ tensor[e] : 0 <= e_d < shape_d }"""
+    dims = [f"e{d}" for d in range(tensor.rank)]
+    space = params.set_space(dims, tensor.name)
+    box = isl.Set.universe(space)
+    ls = isl.LocalSpace.from_space(space)
+    zero = isl.PwAff.from_aff(isl.Aff.zero_on_domain(ls))
+    for d, extent in enumerate(tensor.shape):
+        var = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, d))
+        box = box.intersect(zero.le_set(var)).intersect(var.lt_set(to_pwaff(extent, params, space)))
+    return box
+
+
+def _domain(params: ParamSpace, name: str, ranges: tuple[ir.IndexRange, ...]) -> isl.Set:
+    space = params.set_space([r.var for r in ranges], name)
+    ls = isl.LocalSpace.from_space(space)
+    dom = isl.Set.universe(space)
+    for d, r in enumerate(ranges):
+        var = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, d))
+        dom = dom.intersect(to_pwaff(r.lo, params, space).le_set(var)).intersect(var.lt_set(to_pwaff(r.hi, params, space)))
+    return dom
+
+
+def _poly_statement(params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: str) -> PolyStatement:
+    ranges = st.ranges[: len(st.indices)] if kind == "init" else st.ranges
+    name = f"{'I' if kind == 'init' else 'S'}{pos}"
+    domain = _domain(params, name, ranges)
+    conv = ExprConverter(params, domain.get_space(), tuple(r.var for r in ranges))
+    lhs = tuple(conv.pwaff(ir.IndexRef(name=v)) for v in st.indices)
+    accesses = [Access(st.tensor, True, access_relation(conv, domain, st.tensor, lhs), lhs, domain, None)]
+    if kind == "body":
+        if st.op != "=":  # a reduction reads its own LHS element
+            accesses.append(Access(st.tensor, False, accesses[0].relation, lhs, domain, None))
+        for read, guard in guarded_reads(st.rhs, conv, domain):
+            subs = tuple(conv.pwaff(i) for i in read.indices)
+            rel = access_relation(conv, domain, read.tensor, subs)
+            accesses.append(Access(read.tensor, False, rel, subs, guard, read))
+    return PolyStatement(name, kind, pos, st, domain, tuple(accesses))
+
+
+def _bounds_check(params: ParamSpace, program: ir.Program, s: PolyStatement, a: Access) -> BoundsCheck | None:
+    tensor = program.tensor(a.tensor)
+    box_space = s.domain.get_space()
+    dynamic: list[int] = []
+    violation = None
+    for d, sub in enumerate(a.subscripts):
+        if sub is None:
+            dynamic.append(d)
+            continue
+        zero = sub.sub(sub)  # 0 on the same domain
+        extent = to_pwaff(tensor.shape[d], params, box_space)
+        outside = sub.lt_set(zero).union(sub.ge_set(extent))
+        if outside.intersect(s.domain).is_empty():
+            continue  # in bounds wherever the statement runs
+        if a.guard is None:
+            dynamic.append(d)  # only a non-affine condition could keep it in bounds
+            continue
+        bad = outside.intersect(a.guard)
+        if bad.is_empty():
+            continue
+        bad_params = bad.params()
+        violation = bad_params if violation is None else violation.union(bad_params)
+    if not dynamic and violation is None:
+        return None
+    return BoundsCheck(s.name, a.tensor, a.read, tuple(dynamic), violation)
+
+
+def compute_dependences(statements: tuple[PolyStatement, ...], params: ParamSpace) -> Dependences:
+    empty = isl.UnionMap.empty(params.param_space())
+    writes, reads = empty, empty
+    for s in statements:
+        for a in s.accesses:
+            um = isl.UnionMap.from_map(a.relation)
+            if a.is_write:
+                writes = writes.union(um)
+            else:
+                reads = reads.union(um)
+    order = original_order(statements, params)
+    raw = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes).set_schedule_map(order).compute_flow()
+    waw = isl.UnionAccessInfo.from_sink(writes).set_must_source(writes).set_schedule_map(order).compute_flow()
+    war = isl.UnionAccessInfo.from_sink(writes).set_may_source(reads).set_schedule_map(order).compute_flow()
+    return Dependences(
+        raw.get_must_dependence().union(raw.get_may_dependence()).coalesce(),
+        war.get_may_dependence().coalesce(),
+        waw.get_must_dependence().coalesce(),
+    )
+
+
+def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
+    ctx = ctx or isl.Context()
+    params = make_param_space(ctx, tuple(s.name for s in program.sizes), _size_exprs(program))
+    statements: list[PolyStatement] = []
+    for pos, st in enumerate(program.statements):
+        if st.initializes:
+            statements.append(_poly_statement(params, program, pos, st, "init"))
+        statements.append(_poly_statement(params, program, pos, st, "body"))
+    checks = [
+        c
+        for s in statements
+        for a in s.accesses
+        if (c := _bounds_check(params, program, s, a)) is not None
+    ]
+    stmts = tuple(statements)
+    return Scop(program, params, stmts, tuple(checks), compute_dependences(stmts, params))

@@ -1,0 +1,50 @@
+"""options: the user's knobs for scheduling and code generation (validated, frozen)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import TensorLangError
+
+FUSION_STRATEGIES = ("auto", "smart", "max", "none")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Compilation options; None means "choose automatically".
+
+    tile: tile sizes for the outermost permutable band (an int applies to every member).
+    fusion: "auto" (default), "max" or "none" ("smart" is an alias of "auto").
+    unroll: register-tile / unroll factor for the innermost loops.
+    vectorize: let LLVM vectorise (loop and SLP vectorisers).
+    threads: number of threads for parallel loops (default: TENSORLANG_NUM_THREADS or all cores).
+    fast_math: allow floating-point reassociation (changes rounding).
+    specialize: generate code for the concrete sizes of each call (cached per shape).
+    """
+
+    tile: tuple[int, ...] | int | None = None
+    fusion: str = "auto"
+    unroll: int | None = None
+    vectorize: bool = True
+    threads: int | None = None
+    fast_math: bool = False
+    specialize: bool = True
+
+    def __post_init__(self) -> None:
+        tile = self.tile
+        if isinstance(tile, int) and not isinstance(tile, bool):
+            tile = (tile,)
+        if tile is not None:
+            if not isinstance(tile, tuple | list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tile
+            ):
+                raise TensorLangError(f"Options.tile must be positive integers, got {self.tile!r}")
+            object.__setattr__(self, "tile", tuple(tile))
+        if self.fusion not in FUSION_STRATEGIES:
+            raise TensorLangError(
+                f"Options.fusion must be one of {', '.join(FUSION_STRATEGIES)}, got {self.fusion!r}"
+            )
+        if self.unroll is not None and (not isinstance(self.unroll, int) or self.unroll < 1):
+            raise TensorLangError(f"Options.unroll must be a positive integer, got {self.unroll!r}")
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise TensorLangError(f"Options.threads must be a positive integer, got {self.threads!r}")
