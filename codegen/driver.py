@@ -7,6 +7,7 @@ import islpy as isl
 from polyhedral import build_scop
 from scheduler import compute_schedule
 
+from tensorlang import frontend
 from tensorlang.errors import TensorLangError
 from tensorlang.options import Options
 
@@ -23,10 +24,8 @@ def compile(source: str, name: str | None = None, *, options: Options | None = N
         options = Options()
     elif not isinstance(options, Options):
         raise TensorLangError(f"options= must be a tensorlang.Options, got {type(options).__name__}")
-    from tensorlang import frontend
-
     program = frontend.check_source(source, name)
-    syntax_text = frontend.def_text(source, program.name)
+    syntax_text = str(frontend.select_def(frontend.parse_source(source), program.name))
     try:
         scop = build_scop(program)
         schedule = compute_schedule(scop, options)

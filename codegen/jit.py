@@ -21,6 +21,11 @@ def _initialise() -> None:
 
 @functools.cache
 def target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The shared host target machine (for passes and assembly; never given to an engine)."""
+    return new_target_machine(opt)
+
+
+def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     """A target machine for the host CPU with all its features (AVX-512 where present)."""
     _initialise()
     target = llvm.Target.from_default_triple()
@@ -69,7 +74,8 @@ KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
 def jit(module: ll.Module, vectorize: bool = True) -> MachineCode:
     with _lock:
         ref = optimise(module, vectorize=vectorize)
-        engine = llvm.create_mcjit_compiler(ref, target_machine())
+        # the engine takes ownership of its target machine, so it gets a fresh one
+        engine = llvm.create_mcjit_compiler(ref, new_target_machine())
         engine.finalize_object()
         address = engine.get_function_address("tl_kernel")
     return MachineCode(engine, ref, KERNEL_SIGNATURE(address))
