@@ -182,7 +182,7 @@ def _domain(params: ParamSpace, name: str, ranges: tuple[ir.IndexRange, ...]) ->
     for d, r in enumerate(ranges):
         var = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, d))
         dom = dom.intersect(to_pwaff(r.lo, params, space).le_set(var)).intersect(var.lt_set(to_pwaff(r.hi, params, space)))
-    return dom
+    return dom.intersect_params(params.context())  # sizes are non-negative
 
 
 def _poly_statement(params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: str) -> PolyStatement:
