@@ -28,11 +28,15 @@ def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.
             or (isinstance(value, float) and tensor.dtype.is_float)
         )
         if not kind_ok:
-            raise ArgumentError(f"{program.name}: input {tensor.name} is {_describe(tensor)}, got Python {type(value).__name__} {value!r}")
+            raise ArgumentError(
+                f"{program.name}: input {tensor.name} is {_describe(tensor)}, got Python {type(value).__name__} {value!r}"
+            )
         if tensor.dtype.is_integer:
             info = np.iinfo(expected)
             if not info.min <= value <= info.max:
-                raise ArgumentError(f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot hold {value}")
+                raise ArgumentError(
+                    f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot hold {value}"
+                )
         return np.array(value, dtype=expected)
     if isinstance(value, np.generic):
         value = np.asarray(value)
@@ -60,7 +64,9 @@ def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray]) -> dict[str, i
     for tensor, array in zip(program.inputs, arrays):
         for d, (declared, actual) in enumerate(zip(tensor.shape, array.shape)):
             if actual > _INT32_MAX:
-                raise ArgumentError(f"{program.name}: input {tensor.name} dimension {d} has size {actual}, beyond the int32 index range")
+                raise ArgumentError(
+                    f"{program.name}: input {tensor.name} dimension {d} has size {actual}, beyond the int32 index range"
+                )
             if declared.is_Integer:
                 if int(declared) != actual:
                     raise ArgumentError(
@@ -98,26 +104,40 @@ def normalise_out(program: ir.Program, out: object) -> dict[str, np.ndarray]:
     if isinstance(out, Mapping):
         unknown = [k for k in out if k not in names]
         if unknown:
-            raise ArgumentError(f"{program.name}: out= names {unknown} that are not outputs; outputs are {names}")
+            raise ArgumentError(
+                f"{program.name}: out= names {unknown} that are not outputs; outputs are {names}"
+            )
         chosen = {k: v for k, v in out.items() if v is not None}
     elif isinstance(out, Sequence) and not isinstance(out, str | bytes):
         if len(out) != len(names):
-            raise ArgumentError(f"{program.name}: out= needs one entry per output {names} (None to allocate), got {len(out)}")
+            raise ArgumentError(
+                f"{program.name}: out= needs one entry per output {names} (None to allocate), got {len(out)}"
+            )
         chosen = {n: v for n, v in zip(names, out) if v is not None}
     else:
-        raise ArgumentError(f"{program.name}: out= must be a mapping from output name to array, or a sequence")
+        raise ArgumentError(
+            f"{program.name}: out= must be a mapping from output name to array, or a sequence"
+        )
     for name, arr in chosen.items():
         if not isinstance(arr, np.ndarray):
-            raise ArgumentError(f"{program.name}: out= for {name} must be a NumPy array, got {type(arr).__name__}")
+            raise ArgumentError(
+                f"{program.name}: out= for {name} must be a NumPy array, got {type(arr).__name__}"
+            )
     return chosen
 
 
-def check_out_buffer(program: ir.Program, tensor: ir.Tensor, arr: np.ndarray, shape: tuple[int, ...]) -> OutputBuffer:
+def check_out_buffer(
+    program: ir.Program, tensor: ir.Tensor, arr: np.ndarray, shape: tuple[int, ...]
+) -> OutputBuffer:
     expected = np.dtype(tensor.dtype.numpy_name)
     if arr.dtype != expected:
-        raise ArgumentError(f"{program.name}: out= for {tensor.name} expected type {tensor.dtype} but found {arr.dtype}")
+        raise ArgumentError(
+            f"{program.name}: out= for {tensor.name} expected type {tensor.dtype} but found {arr.dtype}"
+        )
     if arr.shape != shape:
-        raise ArgumentError(f"{program.name}: out= for {tensor.name} expected shape {shape} but found {arr.shape}")
+        raise ArgumentError(
+            f"{program.name}: out= for {tensor.name} expected shape {shape} but found {arr.shape}"
+        )
     if not arr.flags.writeable:
         raise ArgumentError(f"{program.name}: out= for {tensor.name} is read-only")
     if arr.flags.c_contiguous:
@@ -125,13 +145,17 @@ def check_out_buffer(program: ir.Program, tensor: ir.Tensor, arr: np.ndarray, sh
     return OutputBuffer(np.ascontiguousarray(arr), arr)
 
 
-def check_no_aliasing(program: ir.Program, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]) -> None:
+def check_no_aliasing(
+    program: ir.Program, inputs: dict[str, np.ndarray], outputs: dict[str, np.ndarray]
+) -> None:
     """Outputs may share memory neither with inputs nor with each other."""
     out_items = list(outputs.items())
     for i, (name, arr) in enumerate(out_items):
         for in_name, in_arr in inputs.items():
             if np.shares_memory(arr, in_arr):
-                raise ArgumentError(f"{program.name}: output {name} (out=) shares memory with input {in_name}; pass a separate array")
+                raise ArgumentError(
+                    f"{program.name}: output {name} (out=) shares memory with input {in_name}; pass a separate array"
+                )
         for other, other_arr in out_items[i + 1 :]:
             if np.shares_memory(arr, other_arr):
                 raise ArgumentError(f"{program.name}: outputs {name} and {other} (out=) share memory")

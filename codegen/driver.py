@@ -6,7 +6,6 @@ import islpy as isl
 
 from polyhedral import build_scop
 from scheduler import compute_schedule
-
 from tensorlang import frontend
 from tensorlang.errors import TensorLangError
 from tensorlang.options import Options
@@ -17,7 +16,9 @@ from .kernel import Kernel
 def compile(source: str, name: str | None = None, *, options: Options | None = None) -> Kernel:  # noqa: A001
     """Compile the def `name` (or the only def) of `source` into a Kernel."""
     if not isinstance(source, str):
-        raise TensorLangError(f"tensorlang.compile expects the source text as a str, got {type(source).__name__}")
+        raise TensorLangError(
+            f"tensorlang.compile expects the source text as a str, got {type(source).__name__}"
+        )
     if name is not None and not isinstance(name, str):
         raise TensorLangError(f"name= must be a str, got {type(name).__name__}")
     if options is None:
@@ -30,5 +31,7 @@ def compile(source: str, name: str | None = None, *, options: Options | None = N
         scop = build_scop(program)
         schedule = compute_schedule(scop, options)
     except (isl.Error, RuntimeError, ValueError) as exc:  # a failure here is a compiler bug
-        raise TensorLangError(f"{program.name}: internal compiler error in the polyhedral stages: {exc}") from exc
+        raise TensorLangError(
+            f"{program.name}: internal compiler error in the polyhedral stages: {exc}"
+        ) from exc
     return Kernel(program, schedule, options, syntax_text)

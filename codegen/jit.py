@@ -67,7 +67,10 @@ class MachineCode:
 
 
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
-    ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)
+    ctypes.c_int32,
+    ctypes.POINTER(ctypes.c_void_p),
+    ctypes.POINTER(ctypes.c_int64),
+    ctypes.POINTER(ctypes.c_int64),
 )
 
 

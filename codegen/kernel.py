@@ -46,6 +46,7 @@ class Kernel:
         self.options = options
         self._syntax_text = syntax_text
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
+        self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
         self._lock = threading.Lock()
         self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
@@ -65,13 +66,16 @@ class Kernel:
         program = self.program
         if len(inputs) != len(program.inputs):
             names = ", ".join(t.name for t in program.inputs)
-            raise ArgumentError(f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}")
+            raise ArgumentError(
+                f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}"
+            )
         arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
         sizes = args_.bind_sizes(program, arrays)
         shapes = self._shapes(sizes)
         requested = args_.normalise_out(program, out)
         buffers = {
-            name: args_.check_out_buffer(program, program.tensor(name), arr, shapes[name]) for name, arr in requested.items()
+            name: args_.check_out_buffer(program, program.tensor(name), arr, shapes[name])
+            for name, arr in requested.items()
         }
         args_.check_no_aliasing(program, {t.name: a for t, a in zip(program.inputs, arrays)}, requested)
         spec = self._specialisation(sizes)
@@ -93,7 +97,12 @@ class Kernel:
         for buf in buffers.values():
             if buf.target is not None:
                 buf.target[...] = buf.work
-        results = tuple(buffers[t.name].target if t.name in buffers and buffers[t.name].target is not None else storage[t.name] for t in program.outputs)
+        results = tuple(
+            buffers[t.name].target
+            if t.name in buffers and buffers[t.name].target is not None
+            else storage[t.name]
+            for t in program.outputs
+        )
         return results[0] if len(results) == 1 else results
 
     def _starts_uninitialised(self, tensor: str) -> bool:
@@ -103,6 +112,13 @@ class Kernel:
         return False
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        for evaluate, requirement in self._requirements:
+            value = evaluate(sizes)
+            if value != 0:
+                where = f" (line {requirement.span.line})" if requirement.span is not None else ""
+                raise ArgumentError(
+                    f"{self.name}: with {_sizes_text(sizes)}, {requirement.message}{where}; here it is {value}"
+                )
         shapes = {}
         for t in self.program.outputs + self.program.temporaries:
             shape = tuple(fn(sizes) for fn in self._shape_fns[t.name])
@@ -117,7 +133,9 @@ class Kernel:
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
         layout = spec.layout
-        pointers = (ctypes.c_void_p * max(1, len(layout.tensors)))(*[storage[n].ctypes.data for n in layout.tensors])
+        pointers = (ctypes.c_void_p * max(1, len(layout.tensors)))(
+            *[storage[n].ctypes.data for n in layout.tensors]
+        )
         error = np.zeros(4, dtype=np.int64)
         params = spec.params
         code = spec.code.entry(
@@ -141,7 +159,9 @@ class Kernel:
             )
         if code == ERROR_DIVISION:
             stmt = self.program.statements[int(error[1])]
-            return ArgumentError(f"{self.name}: integer division by zero in statement {stmt.tensor}{_statement_location(stmt)}")
+            return ArgumentError(
+                f"{self.name}: integer division by zero in statement {stmt.tensor}{_statement_location(stmt)}"
+            )
         return ArgumentError(f"{self.name}: kernel failed with code {code}")
 
     def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
@@ -176,7 +196,9 @@ class Kernel:
                 module, layout = lower_to_llvm(self.scop, ast, None, self.options.fast_math)
             code = jit(module, vectorize=self.options.vectorize)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
-            raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc
+            raise TensorLangError(
+                f"{self.name}: internal compiler error while generating code: {exc}"
+            ) from exc
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
         return Specialisation(code, layout, params)

@@ -55,7 +55,14 @@ def _contains_trap_or_read(e: ir.Expr) -> bool:
 class Lowering:
     """Emits one kernel module. Single use: construct, then call `run()`."""
 
-    def __init__(self, scop: Scop, ast: LoopAst, layout: KernelLayout, param_values: Mapping[str, int] | None, fast_math: bool):
+    def __init__(
+        self,
+        scop: Scop,
+        ast: LoopAst,
+        layout: KernelLayout,
+        param_values: Mapping[str, int] | None,
+        fast_math: bool,
+    ):
         self.scop = scop
         self.program = scop.program
         self.ast = ast
@@ -98,7 +105,7 @@ class Lowering:
         buffers, params, error = fn.args
         b = ll.IRBuilder(fn.append_basic_block("entry"))
         args = []
-        for n, name in enumerate(self.layout.tensors):
+        for n in range(len(self.layout.tensors)):
             raw = b.load(b.gep(buffers, [ll.Constant(V.I64, n)]))
             args.append(b.bitcast(raw, self.body.args[n].type))
         if len(self.body.args) > len(self.layout.tensors) + 1:
@@ -173,7 +180,11 @@ class Lowering:
         args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
         if op in (T.and_then, T.or_else):
             # short-circuit for safety: the right operand may only be valid when the left holds
-            return b.select(self.ast_expr(args[0], env), self.ast_expr(args[1], env), ll.Constant(V.I1, 0)) if op == T.and_then else b.select(self.ast_expr(args[0], env), ll.Constant(V.I1, 1), self.ast_expr(args[1], env))
+            return (
+                b.select(self.ast_expr(args[0], env), self.ast_expr(args[1], env), ll.Constant(V.I1, 0))
+                if op == T.and_then
+                else b.select(self.ast_expr(args[0], env), ll.Constant(V.I1, 1), self.ast_expr(args[1], env))
+            )
         v = [self.ast_expr(a, env) for a in args]
         if op == T.add:
             return b.add(v[0], v[1], flags=["nsw"])
@@ -253,7 +264,9 @@ class Lowering:
                 self.require_in_range(idx[d], self.extent(tensor, d), check, d)
         offset = ll.Constant(V.I64, 0)
         for d, i in enumerate(idx):
-            offset = i if d == 0 else b.add(b.mul(offset, self.extent(tensor, d), flags=["nsw"]), i, flags=["nsw"])
+            offset = (
+                i if d == 0 else b.add(b.mul(offset, self.extent(tensor, d), flags=["nsw"]), i, flags=["nsw"])
+            )
         return b.gep(self.pointers[tensor], [offset], inbounds=True)
 
     def fail(self, code: int, detail: tuple[ll.Value, ...]) -> None:
@@ -379,6 +392,8 @@ class PolyLeafContext:
         return int(self.name[1:])
 
 
-def lower_to_llvm(scop: Scop, ast: LoopAst, param_values: Mapping[str, int] | None, fast_math: bool = False) -> tuple[ll.Module, KernelLayout]:
+def lower_to_llvm(
+    scop: Scop, ast: LoopAst, param_values: Mapping[str, int] | None, fast_math: bool = False
+) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
     return Lowering(scop, ast, layout, param_values, fast_math).run(), layout

@@ -71,7 +71,9 @@ def float_minmax(b: ll.IRBuilder, op: str, x: ll.Value, y: ll.Value) -> ll.Value
     return _intrinsic(b, name, x.type, [x, y], [x.type, x.type])
 
 
-def combine(b: ll.IRBuilder, op: str, t: ScalarType, acc: ll.Value, x: ll.Value, flags: tuple[str, ...]) -> ll.Value:
+def combine(
+    b: ll.IRBuilder, op: str, t: ScalarType, acc: ll.Value, x: ll.Value, flags: tuple[str, ...]
+) -> ll.Value:
     """acc op x for a reduction operator (+, *, min, max)."""
     if t.is_bool:
         return b.or_(acc, x) if op in ("+", "max") else b.and_(acc, x)
@@ -164,7 +166,9 @@ def int_div_mod(b: ll.IRBuilder, op: str, t: ScalarType, x: ll.Value, y: ll.Valu
     q = b.select(is_minus_one, b.sub(zero, x), q)
     r = b.select(is_minus_one, zero, r)
     # C division truncates; move toward -inf when the remainder's sign differs from y's.
-    fix = b.and_(b.icmp_signed("!=", r, zero), b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero)))
+    fix = b.and_(
+        b.icmp_signed("!=", r, zero), b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", y, zero))
+    )
     if op == "/":
         return b.select(fix, b.sub(q, one), q)
     return b.select(fix, b.add(r, y), r)

@@ -135,7 +135,14 @@ class ExprConverter:
                 a, b = self.pwaff(lhs), self.pwaff(rhs)
                 if a is None or b is None:
                     return None
-                make = {"<": a.lt_set, "<=": a.le_set, ">": a.gt_set, ">=": a.ge_set, "==": a.eq_set, "!=": a.ne_set}
+                make = {
+                    "<": a.lt_set,
+                    "<=": a.le_set,
+                    ">": a.gt_set,
+                    ">=": a.ge_set,
+                    "==": a.eq_set,
+                    "!=": a.ne_set,
+                }
                 return make[e.op](b)
         return None
 
@@ -144,7 +151,9 @@ def _and(guard: isl.Set | None, cond: isl.Set | None) -> isl.Set | None:
     return None if guard is None or cond is None else guard.intersect(cond)
 
 
-def guarded_reads(expr: ir.Expr, conv: ExprConverter, guard: isl.Set | None) -> list[tuple[ir.Read, isl.Set | None]]:
+def guarded_reads(
+    expr: ir.Expr, conv: ExprConverter, guard: isl.Set | None
+) -> list[tuple[ir.Read, isl.Set | None]]:
     """Every Read in `expr` with the affine condition under which it executes."""
     out: list[tuple[ir.Read, isl.Set | None]] = []
 
@@ -181,7 +190,9 @@ def access_relation(
 ) -> isl.Map:
     """domain → tensor[...] with the exact subscripts; unconstrained where None."""
     ctx = conv.params.ctx
-    tensor_space = isl.Space.create_from_names(ctx, set=[f"e{d}" for d in range(len(subscripts))], params=list(conv.params.names))
+    tensor_space = isl.Space.create_from_names(
+        ctx, set=[f"e{d}" for d in range(len(subscripts))], params=list(conv.params.names)
+    )
     tensor_space = tensor_space.set_tuple_name(isl.dim_type.set, tensor)
     rel = isl.Map.from_domain_and_range(domain, isl.Set.universe(tensor_space))
     for d, pa in enumerate(subscripts):

@@ -144,7 +144,9 @@ def original_order(statements: tuple[PolyStatement, ...], params: ParamSpace) ->
     out = None
     for q, s in enumerate(statements):
         n = len(s.index_vars)
-        target = isl.Space.create_from_names(params.ctx, set=[f"t{d}" for d in range(depth + 1)], params=list(params.names))
+        target = isl.Space.create_from_names(
+            params.ctx, set=[f"t{d}" for d in range(depth + 1)], params=list(params.names)
+        )
         m = isl.Map.from_domain_and_range(s.domain, isl.Set.universe(target))
         m = m.fix_val(isl.dim_type.out, 0, isl.Val.int_from_si(params.ctx, q))
         for d in range(n):
@@ -181,11 +183,15 @@ def _domain(params: ParamSpace, name: str, ranges: tuple[ir.IndexRange, ...]) ->
     dom = isl.Set.universe(space)
     for d, r in enumerate(ranges):
         var = isl.PwAff.from_aff(isl.Aff.var_on_domain(ls, isl.dim_type.set, d))
-        dom = dom.intersect(to_pwaff(r.lo, params, space).le_set(var)).intersect(var.lt_set(to_pwaff(r.hi, params, space)))
+        dom = dom.intersect(to_pwaff(r.lo, params, space).le_set(var)).intersect(
+            var.lt_set(to_pwaff(r.hi, params, space))
+        )
     return dom.intersect_params(params.context())  # sizes are non-negative
 
 
-def _poly_statement(params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: str) -> PolyStatement:
+def _poly_statement(
+    params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: str
+) -> PolyStatement:
     ranges = st.ranges[: len(st.indices)] if kind == "init" else st.ranges
     name = f"{'I' if kind == 'init' else 'S'}{pos}"
     domain = _domain(params, name, ranges)
@@ -259,10 +265,7 @@ def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
             statements.append(_poly_statement(params, program, pos, st, "init"))
         statements.append(_poly_statement(params, program, pos, st, "body"))
     checks = [
-        c
-        for s in statements
-        for a in s.accesses
-        if (c := _bounds_check(params, program, s, a)) is not None
+        c for s in statements for a in s.accesses if (c := _bounds_check(params, program, s, a)) is not None
     ]
     stmts = tuple(statements)
     return Scop(program, params, stmts, tuple(checks), compute_dependences(stmts, params))

@@ -109,7 +109,9 @@ def make_param_space(ctx: isl.Context, sizes: tuple[str, ...], exprs: list[sympy
     return ParamSpace(ctx, sizes, tuple((name, atom) for atom, name in derived.items()))
 
 
-def to_pwaff(expr: sympy.Expr, params: ParamSpace, space: isl.Space, dims: Mapping[str, int] | None = None) -> isl.PwAff:
+def to_pwaff(
+    expr: sympy.Expr, params: ParamSpace, space: isl.Space, dims: Mapping[str, int] | None = None
+) -> isl.PwAff:
     """A sympy size expression as an isl PwAff on the domain `space`.
 
     Symbols resolve to set dimensions (by `dims`: name → position) first, then to size

@@ -25,7 +25,9 @@ def _emit_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="source file (.tc)")
     p.add_argument("--name", help="the def to compile when the file holds several")
     p.add_argument("--emit", required=True, choices=EMIT_STAGES, help="the stage to print")
-    p.add_argument("--size", action="append", default=[], metavar="N=8", help="specialise loops/llvm/asm to a size")
+    p.add_argument(
+        "--size", action="append", default=[], metavar="N=8", help="specialise loops/llvm/asm to a size"
+    )
     return p
 
 
@@ -62,7 +64,9 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     try:
         dims = tuple(int(x) for x in value.lower().split("x"))
     except ValueError:
-        raise TensorLangError(f"--shape {text!r}: dimensions must be integers separated by 'x', e.g. A=8x12") from None
+        raise TensorLangError(
+            f"--shape {text!r}: dimensions must be integers separated by 'x', e.g. A=8x12"
+        ) from None
     if any(d < 0 for d in dims):
         raise TensorLangError(f"--shape {text!r}: dimensions must be non-negative")
     return name, dims
@@ -120,7 +124,9 @@ def _run(argv: Sequence[str]) -> int:
     result = kernel(*inputs)
     first_call = time.perf_counter() - t0
     results = result if isinstance(result, tuple) else (result,)
-    print(f"{program.name}: compiled in {compile_seconds * 1e3:.1f} ms, first call (incl. JIT) {first_call * 1e3:.1f} ms")
+    print(
+        f"{program.name}: compiled in {compile_seconds * 1e3:.1f} ms, first call (incl. JIT) {first_call * 1e3:.1f} ms"
+    )
     for t, r in zip(program.outputs, results):
         summary = f"sum={r.sum():.6g}" if r.size else "empty"
         print(f"  {t.name}: {r.dtype}{list(r.shape)} {summary}")
@@ -130,7 +136,9 @@ def _run(argv: Sequence[str]) -> int:
             t0 = time.perf_counter()
             kernel(*inputs)
             times.append(time.perf_counter() - t0)
-        print(f"  median {statistics.median(times) * 1e3:.4f} ms over {len(times)} calls (min {min(times) * 1e3:.4f} ms)")
+        print(
+            f"  median {statistics.median(times) * 1e3:.4f} ms over {len(times)} calls (min {min(times) * 1e3:.4f} ms)"
+        )
     return 0
 
 
@@ -147,7 +155,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a compiler bug: report it without a traceback
-        print(f"internal error ({type(exc).__name__}): {exc}\nplease report this with the source file", file=sys.stderr)
+        print(
+            f"internal error ({type(exc).__name__}): {exc}\nplease report this with the source file",
+            file=sys.stderr,
+        )
         return 3
 
 

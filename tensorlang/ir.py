@@ -8,7 +8,6 @@ range of each of its index variables as sympy expressions over the size symbols.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 import sympy
 
@@ -34,7 +33,11 @@ class Const:
         if self.dtype.is_bool:
             return "true" if self.value else "false"
         if self.dtype.is_float:
-            return f"{self.dtype}({self.value!r})" if self.dtype != ScalarType.FLOAT32 else repr(float(self.value))
+            return (
+                f"{self.dtype}({self.value!r})"
+                if self.dtype != ScalarType.FLOAT32
+                else repr(float(self.value))
+            )
         return str(self.value) if self.dtype == ScalarType.INT32 else f"{self.dtype}({self.value})"
 
 
@@ -153,7 +156,7 @@ class Call:
         return f"{self.function}({', '.join(map(str, self.args))})"
 
 
-Expr = Union[Const, IndexRef, SizeRef, Read, Unary, Binary, Select, Cast, Call]
+Expr = Const | IndexRef | SizeRef | Read | Unary | Binary | Select | Cast | Call
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
@@ -351,6 +354,18 @@ def size_symbol(name: str) -> sympy.Symbol:
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """A condition on the sizes that could not be decided at compile time: `expr` must be 0.
+
+    The kernel evaluates it at call time and raises ArgumentError with `message` otherwise.
+    """
+
+    expr: sympy.Expr
+    message: str
+    span: Span | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
 class Program:
     """One checked def: its tensors, size symbols and statements in textual order."""
 
@@ -362,6 +377,7 @@ class Program:
     statements: tuple[Statement, ...]
     source: Source | None = field(default=None, compare=False, repr=False)
     warnings: tuple[str, ...] = field(default=(), compare=False)
+    requirements: tuple[Requirement, ...] = ()
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:
@@ -378,6 +394,7 @@ class Program:
         lines += [f"  size {s.name} = {s.tensor}.shape[{s.dim}]" for s in self.sizes]
         lines += [f"  {t}" for t in self.tensors]
         lines += [f"  S{i}: {s}" for i, s in enumerate(self.statements)]
+        lines += [f"  require {r.expr} == 0" for r in self.requirements]
         return "\n".join(lines)
 
     def verify(self) -> None:

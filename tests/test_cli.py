@@ -58,7 +58,10 @@ def test_source_error_shows_caret(tmp_path, capsys):
 def test_python_dash_m(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "tensorlang", EXAMPLE, "--emit", "ir"],
-        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "def matmul" in proc.stdout

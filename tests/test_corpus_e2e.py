@@ -62,7 +62,10 @@ def test_case_matches_reference(name: str) -> None:
     for seed in range(2):
         rng = np.random.default_rng(seed)
         inputs = make_inputs(case, rng)
-        preinit = {k: rng.uniform(-1, 1, size=v).astype(case["output_dtypes"][k]) for k, v in case.get("preinit", {}).items()}
+        preinit = {
+            k: rng.uniform(-1, 1, size=v).astype(case["output_dtypes"][k])
+            for k, v in case.get("preinit", {}).items()
+        }
         expected = ref(*inputs, *[p.copy() for p in preinit.values()])
         out = {k: v.copy() for k, v in preinit.items()} or None
         with warnings.catch_warnings():
@@ -78,7 +81,9 @@ def test_case_matches_reference(name: str) -> None:
             assert_close(actual, exp, f"{name}:{out_name} seed {seed}")
 
 
-@pytest.mark.parametrize("name", sorted(n for n, c in INVALID.items() if "call_with" not in c and "tensorlang" not in c))
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in INVALID.items() if "call_with" not in c and "tensorlang" not in c)
+)
 def test_invalid_program_gets_located_error(name: str) -> None:
     case = INVALID[name]
     with pytest.raises((tl.ParseError, tl.SemanticError)) as info:
@@ -116,3 +121,13 @@ def test_ambiguous_precondition_is_checked_at_call_time() -> None:
     np.testing.assert_allclose(kernel(good), expected, rtol=1e-5)
     with pytest.raises(tl.ArgumentError, match="out of bounds"):
         kernel(np.zeros((3, 5, 4), dtype=np.float32))
+
+
+def test_size_dependent_zero_start_is_checked_at_call_time() -> None:
+    """convolution_igrad: h starts at KH - 1, zero-based only for 1x1 filters."""
+    case = CASES["convolution_igrad_1x1"]
+    kernel = tl.compile(case["tc"], case["entry"])
+    w = np.ones((4, 3, 3, 3), np.float32)
+    d_o = np.ones((2, 4, 5, 6), np.float32)
+    with pytest.raises(tl.ArgumentError, match=r"index h of d_I starts at KH - 1.*here it is 2"):
+        kernel(w, d_o)

@@ -43,7 +43,10 @@ def elementwise_expr(draw, leaves: list[tuple[str, str]], depth: int = 3):
     if kind == "min":
         return f"min({a_tc}, {b_tc})", f"np.minimum({a_np}, {b_np})"
     if kind == "select":
-        return f"({a_tc} > {b_tc} ? {a_tc} : {b_tc} * 0.5)", f"np.where({a_np} > {b_np}, {a_np}, {b_np} * np.float32(0.5))"
+        return (
+            f"({a_tc} > {b_tc} ? {a_tc} : {b_tc} * 0.5)",
+            f"np.where({a_np} > {b_np}, {a_np}, {b_np} * np.float32(0.5))",
+        )
     return f"({a_tc} {kind} {b_tc})", f"(({a_np}) {kind} ({b_np}))"
 
 
@@ -72,7 +75,11 @@ def test_elementwise(data, n, m):
     src = f"def f(float(N, M) A, float(N, M) B) -> (O) {{ O(i, j) = A(i, j) - ({expr_tc}) }}"
     rng = np.random.default_rng(n * 31 + m)
     a, b = _f32(rng, (n, m)), _f32(rng, (n, m))
-    _check(src, lambda A, B: (A - np.broadcast_to(_ref(expr_np, ("A", "B"))(A, B), (n, m))).astype(np.float32), [a, b])
+    _check(
+        src,
+        lambda A, B: (A - np.broadcast_to(_ref(expr_np, ("A", "B"))(A, B), (n, m))).astype(np.float32),
+        [a, b],
+    )
 
 
 @SETTINGS
@@ -138,8 +145,8 @@ def test_several_statements_with_temporaries(data, n, k):
 
     def ref(A, B):
         T = (A * np.broadcast_to(_ref(e1_np, ("A",))(A), (n, k))).astype(np.float32)
-        O = (B - np.broadcast_to(_ref(e2_np, ("T", "B"))(T, B), (n, k))).astype(np.float32).sum(axis=1)
-        return O, T + O[:, None]
+        out = (B - np.broadcast_to(_ref(e2_np, ("T", "B"))(T, B), (n, k))).astype(np.float32).sum(axis=1)
+        return out, T + out[:, None]
 
     _check(src, ref, [a, b], rtol=1e-4)
 
@@ -147,8 +154,31 @@ def test_several_statements_with_temporaries(data, n, k):
 # ------------------------------------------------------------------ robustness on mutated sources
 
 CORPUS = load_corpus() or {"cases": []}
-SOURCES = [(c["tc"], c.get("entry"), c) for c in CORPUS["cases"]] or [("def f(float(N) A) -> (B) { B(i) = A(i) }", None, None)]
-TOKENS = ["(", ")", ",", "+=!", "=", "*", "where", "in", "0:", "-", "?", ":", "def", "float", "i", "N", "1.5", "!", "exists", "max="]
+SOURCES = [(c["tc"], c.get("entry"), c) for c in CORPUS["cases"]] or [
+    ("def f(float(N) A) -> (B) { B(i) = A(i) }", None, None)
+]
+TOKENS = [
+    "(",
+    ")",
+    ",",
+    "+=!",
+    "=",
+    "*",
+    "where",
+    "in",
+    "0:",
+    "-",
+    "?",
+    ":",
+    "def",
+    "float",
+    "i",
+    "N",
+    "1.5",
+    "!",
+    "exists",
+    "max=",
+]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -182,7 +212,9 @@ def test_mutated_sources_fail_cleanly_end_to_end(data):
             if len(shape) != t.rank:
                 shape = [2] * t.rank
             dtype = np.dtype(t.dtype.numpy_name)
-            inputs.append((rng.uniform(-1, 1, shape) if dtype.kind == "f" else rng.integers(0, 3, shape)).astype(dtype))
+            inputs.append(
+                (rng.uniform(-1, 1, shape) if dtype.kind == "f" else rng.integers(0, 3, shape)).astype(dtype)
+            )
         try:
             kernel(*inputs)
         except tl.TensorLangError:

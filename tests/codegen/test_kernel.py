@@ -205,8 +205,17 @@ def test_several_defs_need_a_name():
 
 @pytest.mark.parametrize(
     ("dtype", "src_type"),
-    [(np.int8, "int8"), (np.uint8, "uint8"), (np.int16, "int16"), (np.uint16, "uint16"), (np.int64, "int64"),
-     (np.uint32, "uint32"), (np.uint64, "uint64"), (np.float64, "double"), (np.bool_, "bool")],
+    [
+        (np.int8, "int8"),
+        (np.uint8, "uint8"),
+        (np.int16, "int16"),
+        (np.uint16, "uint16"),
+        (np.int64, "int64"),
+        (np.uint32, "uint32"),
+        (np.uint64, "uint64"),
+        (np.float64, "double"),
+        (np.bool_, "bool"),
+    ],
 )
 def test_element_types(dtype, src_type):
     k = tl.compile(f"def f({src_type}(N) A) -> (B) {{ B(i) = A(i) }}")

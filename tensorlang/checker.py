@@ -1,0 +1,326 @@
+"""checker: syntax.Def → ir.Program (names and scopes, typing, reductions, range inference, shapes)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import sympy
+
+from . import ir, ranges, syntax
+from .builtins import BUILTINS
+from .dtypes import ScalarType, match_types
+from .errors import SemanticError, Source, Span, TensorLangWarning, located_warning_text
+from .exprcheck import ExpressionChecker, Scope, TensorInfo, convert, literal, scalar_type, tc_type_name
+
+
+def check_def(definition: syntax.Def, source: Source | None = None) -> ir.Program:
+    """Check one def and lower it to an ir.Program (not yet verified)."""
+    return _DefChecker(definition, source).run()
+
+
+@dataclass
+class _Written:
+    """An output or temporary after the statement that first defines it."""
+
+    tensor: ir.Tensor
+
+    @property
+    def info(self) -> TensorInfo:
+        return TensorInfo(self.tensor.name, self.tensor.dtype, self.tensor.rank)
+
+
+class _DefChecker:
+    def __init__(self, definition: syntax.Def, source: Source | None):
+        self.definition = definition
+        self.source = source
+        self.inputs: dict[str, ir.Tensor] = {}
+        self.sizes: dict[str, ir.SizeParam] = {}
+        self.outputs: dict[str, syntax.Param] = {}
+        self.output_types: dict[str, ScalarType] = {}
+        self.written: dict[str, ir.Tensor] = {}  # outputs and temporaries, in first-write order
+        self.statements: list[ir.Statement] = []
+        self.warnings: list[str] = []
+        self.requirements: list[ir.Requirement] = []
+
+    def run(self) -> ir.Program:
+        for param in self.definition.params:
+            self.declare_input(param)
+        for param in self.definition.returns:
+            self.declare_output(param)
+        self.check_size_names()
+        for statement in self.definition.statements:
+            self.statements.append(self.check_statement(statement))
+        outputs = []
+        for name, param in self.outputs.items():
+            if name not in self.written:
+                raise SemanticError(f"output {name} is never written by any statement", param.name.span)
+            self.check_annotated_shape(param, self.written[name])
+            outputs.append(self.written[name])
+        return ir.Program(
+            name=self.definition.name.name,
+            inputs=tuple(self.inputs.values()),
+            outputs=tuple(outputs),
+            temporaries=tuple(t for t in self.written.values() if t.role == "temporary"),
+            sizes=tuple(self.sizes.values()),
+            statements=tuple(self.statements),
+            source=self.source,
+            warnings=tuple(self.warnings),
+            requirements=tuple(self.requirements),
+        )
+
+    # ------------------------------------------------------------ signature
+
+    def new_name(self, ident: syntax.Ident) -> None:
+        if ident.name in BUILTINS:
+            raise SemanticError(f"'{ident.name}' is a built-in function and cannot be redefined", ident.span)
+        if ident.name in self.inputs or ident.name in self.outputs:
+            raise SemanticError(f"{ident.name} already defined", ident.span)
+
+    def declare_input(self, param: syntax.Param) -> None:
+        name = param.name.name
+        self.new_name(param.name)
+        if param.type is None:
+            raise SemanticError(
+                f"input {name} needs a type and a shape, e.g. float(N) {name}", param.name.span
+            )
+        dtype = scalar_type(param.type.type_name, param.type.span)
+        shape = []
+        for d, dim in enumerate(param.type.dims or ()):
+            if isinstance(dim, syntax.Number):
+                shape.append(self.constant_dim(dim))
+                continue
+            if dim.name in BUILTINS:
+                raise SemanticError(f"'{dim.name}' is a built-in function and cannot be redefined", dim.span)
+            self.sizes.setdefault(dim.name, ir.SizeParam(dim.name, name, d))
+            shape.append(ir.size_symbol(dim.name))
+        self.inputs[name] = ir.Tensor(name, dtype, tuple(shape), "input", span=param.name.span)
+
+    def declare_output(self, param: syntax.Param) -> None:
+        self.new_name(param.name)
+        self.outputs[param.name.name] = param
+        if param.type is not None:
+            self.output_types[param.name.name] = scalar_type(param.type.type_name, param.type.span)
+
+    def constant_dim(self, dim: syntax.Number) -> sympy.Expr:
+        if dim.is_float:
+            raise SemanticError(f"expected an integer size but found {dim.text}", dim.span)
+        return sympy.Integer(literal(dim).value)
+
+    def check_size_names(self) -> None:
+        tensors = self.inputs.keys() | self.outputs.keys()
+        for param in self.definition.params + self.definition.returns:
+            for dim in (param.type.dims or ()) if param.type else ():
+                if isinstance(dim, syntax.Ident) and dim.name in tensors:
+                    raise SemanticError(f"{dim.name} is used both as a size and as a tensor name", dim.span)
+                if isinstance(dim, syntax.Ident) and dim.name not in self.sizes:
+                    raise SemanticError(
+                        f"size {dim.name} of output {param.name} is not the size of any input dimension",
+                        dim.span,
+                    )
+                if isinstance(dim, syntax.Number):
+                    self.constant_dim(dim)
+
+    def check_annotated_shape(self, param: syntax.Param, tensor: ir.Tensor) -> None:
+        if param.type is None or param.type.dims is None:
+            return
+        for d, (dim, inferred) in enumerate(zip(param.type.dims, tensor.shape)):
+            declared = self.constant_dim(dim) if isinstance(dim, syntax.Number) else ir.size_symbol(dim.name)
+            if sympy.simplify(inferred - declared) != 0:
+                raise SemanticError(
+                    f"output {tensor.name} is declared with size {declared} in dimension {d}, "
+                    f"but range inference gives {inferred}",
+                    dim.span,
+                )
+
+    # ------------------------------------------------------------ statements
+
+    def check_target(self, st: syntax.Statement) -> None:
+        name, span = st.tensor.name, st.tensor.span
+        if name in self.inputs:
+            raise SemanticError(f"{name} is an input; TC inputs are immutable", span)
+        if name in BUILTINS:
+            raise SemanticError(f"'{name}' is a built-in function and cannot be redefined", span)
+        if name in self.sizes:
+            raise SemanticError(f"{name} is a size, not a tensor; it cannot be written", span)
+        rank = len(st.indices)
+        if name in self.written and self.written[name].rank != rank:
+            raise SemanticError(
+                f"{name} has {self.written[name].rank} dimensions but is written here with {rank}", span
+            )
+        declared = self.outputs.get(name)
+        if declared is not None and declared.type is not None and declared.type.dims is not None:
+            if len(declared.type.dims) != rank:
+                raise SemanticError(
+                    f" tensor defined with {rank} dimensions but declared as an output with "
+                    f"{len(declared.type.dims)} dimensions. ({name})",
+                    span,
+                )
+
+    def taken(self, name: str) -> str | None:
+        """What `name` already denotes in the def, if anything."""
+        if name in BUILTINS:
+            return "a built-in function"
+        if name in self.sizes:
+            return "a size"
+        if name in self.inputs or name in self.outputs or name in self.written:
+            return "a tensor"
+        return None
+
+    def check_statement(self, st: syntax.Statement) -> ir.Statement:
+        self.check_target(st)
+        name = st.tensor.name
+        lhs: dict[str, Span | None] = {}
+        for index in st.indices:
+            what = self.taken(index.name)
+            if index.name in lhs or what:
+                raise SemanticError(
+                    f"{index.name} already defined" + (f" (as {what})" if what else ""), index.span
+                )
+            lhs[index.name] = index.span
+        lets = {}
+        for clause in st.wheres:
+            if isinstance(clause, syntax.WhereLet):
+                var = clause.var.name
+                what = self.taken(var)
+                if var in lhs or var in lets or what:
+                    raise SemanticError(
+                        f"{var} already defined" + (f" (as {what})" if what else ""), clause.var.span
+                    )
+                lets[var] = clause
+        readable = {n: TensorInfo(t.name, t.dtype, t.rank) for n, t in self.inputs.items()}
+        readable |= {n: TensorInfo(t.name, t.dtype, t.rank) for n, t in self.written.items()}
+        scope = Scope(
+            tensors=readable,
+            unreadable=(set(self.outputs) | {name}) - set(readable),
+            sizes=set(self.sizes),
+            lhs_indices=tuple(lhs),
+            lets=lets,
+        )
+        checker = ExpressionChecker(scope)
+        rhs = checker.check(st.rhs)
+        exists = [checker.check(c.expr) for c in st.wheres if isinstance(c, syntax.WhereExists)]
+        scope.introduce = False  # a name used only in an unused let is a typo, not a reduction index
+        for var in lets.keys() - scope.used_lets():
+            scope.let_value(var, checker.check, lets[var].var.span)
+
+        if st.op == "=" and scope.reduction_indices:
+            raise SemanticError(
+                f"this statement includes reduction variable '{scope.reduction_indices[0]}' but does not "
+                f"specify a reduction.",
+                st.tensor.span,
+            )
+        rhs = self.convert_to_target(st, rhs)
+        where = self.where_ranges(st, scope)
+        ranges_ = self.infer_ranges(st, scope, lhs, where, [rhs, *exists])
+        return self.lower(st, rhs, scope, lhs, where, ranges_)
+
+    def convert_to_target(self, st: syntax.Statement, rhs: ir.Expr) -> ir.Expr:
+        name = st.tensor.name
+        if name in self.written:
+            target = self.written[name].dtype
+        else:
+            target = self.output_types.get(name, rhs.dtype)
+        if match_types(rhs.dtype, target) != target:
+            raise SemanticError(
+                f" attempting to assign type {tc_type_name(rhs.dtype)} to narrower type "
+                f"{tc_type_name(target)} without an explicit cast ({name})",
+                st.tensor.span,
+            )
+        return convert(rhs, target)
+
+    def where_ranges(self, st: syntax.Statement, scope: Scope) -> dict[str, tuple[sympy.Expr, sympy.Expr]]:
+        tensor_names = set(self.inputs) | set(self.outputs) | set(self.written)
+        where: dict[str, tuple[sympy.Expr, sympy.Expr]] = {}
+        for clause in st.wheres:
+            if not isinstance(clause, syntax.WhereRange):
+                continue
+            var = clause.var.name
+            if not scope.is_index(var):
+                raise SemanticError(
+                    f"undefined variable {var} used here. A `where {var} in lo:hi` range must name an index "
+                    f"variable of the statement",
+                    clause.var.span,
+                )
+            if var in where:
+                raise SemanticError(f"{var} already has a range in this statement", clause.var.span)
+            lo = ranges.bound_to_sympy(clause.lo, set(self.sizes), tensor_names)
+            hi = ranges.bound_to_sympy(clause.hi, set(self.sizes), tensor_names)
+            where[var] = (lo, hi)
+        return where
+
+    def shape_of(self, tensor: str) -> tuple[sympy.Expr, ...]:
+        return (self.inputs.get(tensor) or self.written[tensor]).shape
+
+    def infer_ranges(self, st, scope, lhs, where, expressions):
+        variables = set(lhs) | set(scope.reduction_indices)
+        constraints = []
+        for expr in expressions:
+            for read in ranges.accesses_of(expr):
+                constraints += ranges.access_constraints(
+                    read.tensor, read.indices, self.shape_of(read.tensor), variables
+                )
+        name = st.tensor.name
+        if name in self.written:
+            # A later statement on a tensor stays inside the shape its first statement defined.
+            write = tuple(ir.IndexRef(name=i) for i in lhs)
+            constraints += ranges.access_constraints(name, write, self.shape_of(name), variables)
+        return ranges.infer(
+            tensor=name,
+            lhs=tuple(lhs.items()),
+            reduction=tuple((r, scope.reduction_spans[r]) for r in scope.reduction_indices),
+            where=where,
+            constraints=constraints,
+            statement_span=st.tensor.span,
+        )
+
+    def lower(self, st, rhs, scope, lhs, where, solved) -> ir.Statement:
+        name = st.tensor.name
+        where_spans = {c.var.name: c.span for c in st.wheres if isinstance(c, syntax.WhereRange)}
+        first = name not in self.written
+        spans = lhs | scope.reduction_spans
+        if first:
+            for var in lhs:
+                requirement = ranges.require_zero_based(name, var, *solved[var], spans[var])
+                if requirement is not None:
+                    self.requirements.append(requirement)
+        for var, span in spans.items():
+            ranges.check_nonempty(var, *solved[var], where_spans.get(var, span))
+        if first:
+            role = "output" if name in self.outputs else "temporary"
+            span = self.outputs[name].name.span if name in self.outputs else st.tensor.span
+            shape = tuple(solved[var][1] for var in lhs)
+            self.written[name] = ir.Tensor(name, rhs.dtype, shape, role, span=span)
+        else:
+            for var, extent in zip(lhs, self.written[name].shape):
+                if var in where:
+                    ranges.check_within(name, var, *solved[var], extent, spans[var])
+
+        op = "=" if st.op == "=" else st.op.rstrip("!").removesuffix("=")
+        bang = st.op.endswith("!")
+        uninitialized = op != "=" and not bang and first
+        if uninitialized:
+            self.warn_uninitialized(st)
+        return ir.Statement(
+            tensor=name,
+            indices=tuple(lhs),
+            op=op,
+            bang=bang,
+            rhs=rhs,
+            reduction_indices=tuple(scope.reduction_indices),
+            ranges=tuple(ir.IndexRange(v, *solved[v], span=spans[v]) for v in spans),
+            initializes=bang and first,
+            uninitialized=uninitialized,
+            span=st.span,
+        )
+
+    def warn_uninitialized(self, st: syntax.Statement) -> None:
+        name = st.tensor.name
+        message = (
+            f"Reduction without initialization. If {name} is not pre-initialized before calling the TC "
+            f"function, consider using the !-suffixed reduction operator {st.op}! instead of {st.op} "
+            f"(tensorlang starts {name} from zeros unless out= provides the buffer)"
+        )
+        text = located_warning_text(message, st.tensor.span) if st.tensor.span is not None else message
+        self.warnings.append(text)
+        warnings.warn(text, TensorLangWarning, stacklevel=4)

@@ -1,0 +1,31 @@
+"""Shared pytest fixtures: the TC corpus from ../shared/tc_corpus/public.json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+# The packages are used from the checkout (not installed); make `import tensorlang` work for any runner.
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+CORPUS_PATH = REPO.parent / "shared" / "tc_corpus" / "public.json"
+
+
+def load_corpus() -> dict | None:
+    """The corpus as a dict, or None when the shared folder is absent."""
+    if not CORPUS_PATH.exists():
+        return None
+    return json.loads(CORPUS_PATH.read_text())
+
+
+@pytest.fixture(scope="session")
+def corpus() -> dict:
+    data = load_corpus()
+    if data is None:
+        pytest.skip(f"corpus not found at {CORPUS_PATH}")
+    return data
