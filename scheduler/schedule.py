@@ -10,6 +10,8 @@ from polyhedral import Scop
 from polyhedral.scop import original_order
 from tensorlang.options import Options
 
+from .postpass import optimise_tree
+
 # Bound on isl's work per scheduling call: beyond it we fall back to the textual order.
 _MAX_SCHEDULER_OPERATIONS = 2_000_000
 
@@ -66,6 +68,8 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
     ctx = scop.ctx
     if not scop.statements:
         return Schedule(scop, isl.Schedule.from_domain(scop.domain()), options, "textual")
+    if not options.optimize:
+        return Schedule(scop, textual_schedule(scop), options, "textual")
     deps = scop.dependences.all
     domain = scop.domain()
     _configure(ctx, options)
@@ -86,11 +90,20 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
     finally:
         ctx.set_max_operations(0)
         ctx.reset_operations()
-    if tree is not None:
-        schedule = Schedule(scop, tree, options, "isl")
+    candidates = [(tree, "isl")] if tree is not None else []
+    candidates.append((textual_schedule(scop), "textual"))
+    for base, strategy in candidates:
+        # post-passes only permute permutable bands and tile, which keeps the schedule legal;
+        # the dependence check below guards that promise
         try:
-            if schedule.violated_dependences().is_empty():
-                return schedule
+            tuned = [(optimise_tree(scop, base, options), f"{strategy}+postpass")]
         except isl.Error:
-            pass
+            tuned = []
+        for candidate, name in [*tuned, (base, strategy)]:
+            schedule = Schedule(scop, candidate, options, name)
+            try:
+                if schedule.violated_dependences().is_empty():
+                    return schedule
+            except isl.Error:
+                continue
     return Schedule(scop, textual_schedule(scop), options, "textual")

@@ -20,6 +20,9 @@ class Options:
     threads: number of threads for parallel loops (default: TENSORLANG_NUM_THREADS or all cores).
     fast_math: allow floating-point reassociation (changes rounding).
     specialize: generate code for the concrete sizes of each call (cached per shape).
+    optimize: False runs the statements in source order with no scheduling, post-passes,
+        contraction path or threads: the untransformed reference that transformations are
+        differential-tested against.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -29,6 +32,7 @@ class Options:
     threads: int | None = None
     fast_math: bool = False
     specialize: bool = True
+    optimize: bool = True
 
     def __post_init__(self) -> None:
         tile = self.tile

@@ -1,0 +1,130 @@
+"""scheduler: isl schedule tree → the same tree with loop order, tiles and unrolling chosen for the CPU.
+
+The isl scheduler finds legal, permutable bands but knows nothing of strides or vectors. In a
+permutable band every member order is legal, so we choose one: members that access memory with
+stride 1 go innermost (Pluto's intra-tile score: spatial reuse 2, temporal reuse 4, strided
+access −16), parallel (coincident) members outermost, the rest (reductions) in between. Then
+optional rectangular tiling and unroll-and-jam.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import Scop
+from tensorlang import ir
+from tensorlang.options import Options
+
+
+@dataclass(frozen=True)
+class MemberInfo:
+    """What a band member is for one statement: the statement variable it iterates, if any."""
+
+    statement: str
+    var: str | None
+
+
+def _member_vars(scop: Scop, node: isl.ScheduleNode) -> list[dict[str, str]]:
+    """For each band member: statement name → the index variable it runs over (coefficient 1)."""
+    mupa = node.band_get_partial_schedule()
+    out: list[dict[str, str]] = []
+    for m in range(node.band_n_member()):
+        upa = mupa.get_at(m)
+        found: dict[str, str] = {}
+        for pa in _pw_affs(upa):
+            name = pa.get_domain_space().get_tuple_name(isl.dim_type.set)
+            try:
+                stmt = scop.statement(name)
+            except KeyError:
+                continue
+            if not pa.isa_aff():
+                continue
+            aff = pa.as_aff()
+            nonzero = [d for d in range(aff.dim(isl.dim_type.in_)) if not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()]
+            if len(nonzero) == 1 and aff.get_coefficient_val(isl.dim_type.in_, nonzero[0]).is_one():
+                found[name] = stmt.index_vars[nonzero[0]]
+        out.append(found)
+    return out
+
+
+def _pw_affs(upa: isl.UnionPwAff) -> list[isl.PwAff]:
+    items: list[isl.PwAff] = []
+    upa.foreach_pw_aff(items.append)
+    return items
+
+
+def _access_score(scop: Scop, statement: str, var: str) -> int:
+    """Pluto's spatial/temporal score of running `var` innermost for one statement."""
+    stmt = scop.statement(statement)
+    st = stmt.statement
+    subscript_lists: list[tuple[ir.Expr, ...]] = [tuple(ir.IndexRef(name=v) for v in st.indices)]
+    if stmt.kind == "body":
+        subscript_lists += [a.read.indices for a in stmt.reads if a.read is not None]
+    score = 0
+    for subscripts in subscript_lists:
+        forms = [ir.affine_form(s) for s in subscripts]
+        coeffs = [f.coeff(var) if f is not None else None for f in forms]
+        if any(c is None for c in coeffs):
+            score -= 16  # a gather: assume the worst
+        elif all(c == 0 for c in coeffs):
+            score += 4  # temporal reuse: invariant in var
+        elif coeffs[-1] in (1, 2, 3, 4) and all(c == 0 for c in coeffs[:-1]):
+            score += 2  # spatial reuse: stride 1..4 elements
+        else:
+            score -= 16
+    return score
+
+
+def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
+    n = node.band_n_member()
+    members = _member_vars(scop, node)
+    scores = []
+    for m in range(n):
+        vars_ = members[m]
+        scores.append(sum(_access_score(scop, s, v) for s, v in vars_.items()) if vars_ else -(10**6))
+    inner = max(range(n), key=lambda m: (scores[m], m))
+    coincident = [m for m in range(n) if m != inner and node.band_member_get_coincident(m)]
+    others = [m for m in range(n) if m != inner and not node.band_member_get_coincident(m)]
+    return coincident + others + [inner]
+
+
+def _permute_band(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
+    if order == list(range(len(order))):
+        return node
+    mupa = node.band_get_partial_schedule()
+    coincident = [node.band_member_get_coincident(m) for m in range(node.band_n_member())]
+    permuted = mupa
+    for new_pos, old_pos in enumerate(order):
+        permuted = permuted.set_at(new_pos, mupa.get_at(old_pos))
+    node = node.delete().insert_partial_schedule(permuted)
+    node = node.band_set_permutable(1)
+    for new_pos, old_pos in enumerate(order):
+        node = node.band_member_set_coincident(new_pos, coincident[old_pos])
+    return node
+
+
+def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
+    ctx = node.get_ctx()
+    n = node.band_n_member()
+    sizes = tuple(sizes[m] if m < len(sizes) else sizes[-1] for m in range(n))
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for m, size in enumerate(sizes):
+        mv = mv.set_val(m, isl.Val.int_from_si(ctx, size))
+    return node.band_tile(mv)
+
+
+def optimise_tree(scop: Scop, tree: isl.Schedule, options: Options) -> isl.Schedule:
+    """Reorder every permutable band for stride-1 inner loops; tile if asked."""
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() != isl.schedule_node_type.band or not node.band_get_permutable():
+            return node
+        if node.band_n_member() >= 2:
+            node = _permute_band(node, _member_order(scop, node))
+            if options.tile is not None:
+                node = _tile(node, options.tile)
+        return node
+
+    return tree.map_schedule_node_bottom_up(visit)
