@@ -1,4 +1,9 @@
-"""codegen: Schedule → isl AST whose leaves know each statement's index variables as AST expressions."""
+"""codegen: Schedule → isl AST, cut into phases whose outermost loop may run on several threads.
+
+A *phase* is one top-level node of the AST (one loop nest of the sequence). Phases run one after
+the other; a phase whose outermost loop carries no dependence (checked exactly against the
+dependences, as PPCG does) can have that loop's iterations split among threads.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ from dataclasses import dataclass
 import islpy as isl
 
 from scheduler import Schedule
+
+PARALLEL, SERIAL = "parallel", "serial"
 
 
 @dataclass(frozen=True)
@@ -19,12 +26,96 @@ class Leaf:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """One top-level loop nest. `loop` is its outermost for node when that loop is parallel."""
+
+    node: isl.AstNode
+    loop: isl.AstNode | None
+    statements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class LoopAst:
-    """The isl AST of a schedule, and the statement instance at each annotated leaf."""
+    """The isl AST of a schedule, its phases, and the statement instance at each leaf."""
 
     root: isl.AstNode
     leaves: Mapping[str, Leaf]  # annotation id name → leaf
+    phases: tuple[Phase, ...]
     sizes: Mapping[str, int] | None  # concrete sizes when specialised, else None
+
+
+def _carries_no_dependence(build: isl.AstBuild, deps: isl.UnionMap) -> bool:
+    """True when the loop being built has equal iterations for every dependence pair."""
+    sched = build.get_schedule()
+    rel = deps.apply_range(sched).apply_domain(sched)
+    if rel.is_empty():
+        return True
+    for m in _maps(rel):
+        d = m.dim(isl.dim_type.out) - 1
+        if d < 0:
+            continue
+        for i in range(d):
+            m = m.equate(isl.dim_type.in_, i, isl.dim_type.out, i)
+        same = isl.Map.universe(m.get_space()).equate(isl.dim_type.in_, d, isl.dim_type.out, d)
+        if not m.is_subset(same):
+            return False
+    return True
+
+
+def _maps(umap: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    umap.foreach_map(out.append)
+    return out
+
+
+def _unwrap(node: isl.AstNode) -> isl.AstNode:
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    return node
+
+
+def _statements_under(node: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[str, ...]:
+    found: list[str] = []
+
+    def visit(n: isl.AstNode) -> None:
+        t = n.get_type()
+        NT = isl.ast_node_type
+        if t == NT.user:
+            found.append(leaves[n.get_annotation().get_name()].statement)
+        elif t == NT.block:
+            children = n.block_get_children()
+            for i in range(children.n_ast_node()):
+                visit(children.get_at(i))
+        elif t == NT.mark:
+            visit(n.mark_get_node())
+        elif t == NT.if_:
+            visit(n.if_get_then_node())
+            if n.if_has_else_node():
+                visit(n.if_get_else_node())
+        elif t == NT.for_:
+            visit(n.for_get_body())
+
+    visit(node)
+    return tuple(dict.fromkeys(found))
+
+
+def _phases(root: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[Phase, ...]:
+    root = _unwrap(root)
+    if root.get_type() == isl.ast_node_type.block:
+        children = root.block_get_children()
+        tops = [children.get_at(i) for i in range(children.n_ast_node())]
+    else:
+        tops = [root]
+    phases = []
+    for top in tops:
+        inner = _unwrap(top)
+        is_parallel_for = (
+            inner.get_type() == isl.ast_node_type.for_
+            and not inner.for_is_degenerate()
+            and inner.get_annotation().get_name() == PARALLEL
+        )
+        phases.append(Phase(top, inner if is_parallel_for else None, _statements_under(top, leaves)))
+    return tuple(phases)
 
 
 def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> LoopAst:
@@ -33,6 +124,7 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
     ctx = scop.ctx
     context = scop.context if sizes is None else scop.params.fixed_context(sizes)
     tree = schedule.tree.intersect_domain(scop.domain().intersect_params(context))
+    deps = scop.dependences.all.intersect_params(context)
     leaves: dict[str, Leaf] = {}
 
     def at_each_domain(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
@@ -47,8 +139,63 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
         leaves[key] = Leaf(name, exprs)
         return node.set_annotation(isl.Id(key, context=ctx))
 
+    def before_each_for(build: isl.AstBuild) -> isl.Id:
+        return isl.Id(PARALLEL if _carries_no_dependence(build, deps) else SERIAL, context=ctx)
+
     build = isl.AstBuild.from_context(context)
-    build, _keep_alive = build.set_at_each_domain(at_each_domain)  # the handle must outlive the build
+    # the callback handles must outlive the build (dropping them early crashes islpy)
+    build, _keep_leaf = build.set_at_each_domain(at_each_domain)
+    build, _keep_for = build.set_before_each_for(before_each_for)
     root = build.node_from_schedule(tree)
-    del _keep_alive
-    return LoopAst(root, leaves, dict(sizes) if sizes is not None else None)
+    del _keep_leaf, _keep_for
+    return LoopAst(root, leaves, _phases(root, leaves), dict(sizes) if sizes is not None else None)
+
+
+def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None:
+    """The value of an isl AST integer expression over parameters, or None if it has others."""
+    t = expr.get_type()
+    if t == isl.ast_expr_type.int:
+        return expr.get_val().to_python()
+    if t == isl.ast_expr_type.id:
+        return values.get(expr.get_id().get_name())
+    T = isl.ast_expr_op_type
+    op = expr.get_op_type()
+    args = [evaluate_ast_int(expr.get_op_arg(i), values) for i in range(expr.get_op_n_arg())]
+    if any(a is None for a in args):
+        return None
+    if op == T.add:
+        return args[0] + args[1]
+    if op == T.sub:
+        return args[0] - args[1]
+    if op == T.mul:
+        return args[0] * args[1]
+    if op == T.minus:
+        return -args[0]
+    if op == T.min:
+        return min(args)
+    if op == T.max:
+        return max(args)
+    if op in (T.div, T.fdiv_q, T.pdiv_q):
+        return args[0] // args[1]
+    if op in (T.pdiv_r, T.zdiv_r):
+        return args[0] % args[1]
+    if op in (T.select, T.cond):
+        return args[1] if args[0] else args[2]
+    return None
+
+
+def loop_range(loop: isl.AstNode, values: Mapping[str, int]) -> tuple[int, int, int] | None:
+    """(first, stop, step) of a for loop whose bounds depend on parameters only."""
+    init = evaluate_ast_int(loop.for_get_init(), values)
+    step = evaluate_ast_int(loop.for_get_inc(), values)
+    cond = loop.for_get_cond()
+    if init is None or step is None or step <= 0 or cond.get_type() != isl.ast_expr_type.op:
+        return None
+    op = cond.get_op_type()
+    T = isl.ast_expr_op_type
+    if op not in (T.le, T.lt) or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id:
+        return None
+    bound = evaluate_ast_int(cond.get_op_arg(1), values)
+    if bound is None:
+        return None
+    return init, bound + 1 if op == T.le else bound, step

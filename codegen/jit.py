@@ -66,11 +66,16 @@ class MachineCode:
         return target_machine().emit_assembly(self.module)
 
 
+# tl_kernel(buffers, params, error, phase, lo, hi); ctypes releases the GIL during the call,
+# so several Python threads can run iterations of a parallel phase at once
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
-    ctypes.POINTER(ctypes.c_void_p),
-    ctypes.POINTER(ctypes.c_int64),
-    ctypes.POINTER(ctypes.c_int64),
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+    ctypes.c_int64,
+    ctypes.c_int64,
+    ctypes.c_int64,
 )
 
 

@@ -19,10 +19,11 @@ from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 from tensorlang.options import Options
 
 from . import arguments as args_
-from .astgen import build_ast
+from .astgen import LoopAst, build_ast, loop_range
 from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, kernel_layout, lower_to_llvm
+from .parallel import PhasePlan, default_threads, run_phases
 
 STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops", "llvm", "asm")
 
@@ -34,6 +35,7 @@ class Specialisation:
     code: MachineCode
     layout: KernelLayout
     params: np.ndarray  # int64 parameter array passed at each call
+    plans: tuple[PhasePlan, ...]
 
 
 class Kernel:
@@ -136,12 +138,11 @@ class Kernel:
         pointers = (ctypes.c_void_p * max(1, len(layout.tensors)))(
             *[storage[n].ctypes.data for n in layout.tensors]
         )
-        error = np.zeros(4, dtype=np.int64)
-        params = spec.params
-        code = spec.code.entry(
-            pointers,
-            params.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-            error.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+        threads = self.options.threads or default_threads()
+        if not self.options.optimize:
+            threads = 1
+        code, error = run_phases(
+            spec.code.entry, ctypes.addressof(pointers), spec.params.ctypes.data, spec.plans, threads
         )
         if code != 0:
             raise self._runtime_error(int(code), error)
@@ -201,7 +202,23 @@ class Kernel:
             ) from exc
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        return Specialisation(code, layout, params)
+        return Specialisation(code, layout, params, self._phase_plans(ast, values, sizes))
+
+    def _phase_plans(
+        self, ast: LoopAst, values: Mapping[str, int], sizes: Mapping[str, int]
+    ) -> tuple[PhasePlan, ...]:
+        plans = []
+        for n, phase in enumerate(ast.phases):
+            work = 0
+            for name in phase.statements:
+                stmt = self.scop.statement(name)
+                points = 1
+                for r in stmt.statement.ranges[: len(stmt.index_vars)]:
+                    points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
+                work += points
+            span = loop_range(phase.loop, values) if phase.loop is not None else None
+            plans.append(PhasePlan(n, span, work))
+        return tuple(plans)
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
         """Accesses proved in bounds only for some sizes: reject the sizes that break them."""

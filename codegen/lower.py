@@ -72,47 +72,71 @@ class Lowering:
         self.check_ids = {}  # (statement, id(read)) -> index into scop.checks
         for n, c in enumerate(scop.checks):
             self.check_ids[(c.statement, id(c.read) if c.read is not None else None)] = n
-        tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in layout.tensors]
-        specialised = param_values is not None
-        param_types = [] if specialised else [V.I64] * len(layout.params)
-        body_ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer()])
-        self.body = ll.Function(self.module, body_ty, "tl_body")
-        self.body.attributes.add("noinline")
-        self.body.attributes.add("nounwind")
-        for arg in self.body.args[: len(tensor_types)]:
-            arg.add_attribute("noalias")
-        self.error_ptr = self.body.args[-1]
-        self.b = ll.IRBuilder(self.body.append_basic_block("entry"))
-        if specialised:
-            self.params = {p: ll.Constant(V.I64, int(param_values[p])) for p in layout.params}
-        else:
-            self.params = dict(zip(layout.params, self.body.args[len(tensor_types) : -1]))
-        self.pointers = dict(zip(layout.tensors, self.body.args))
+        self.param_values = param_values
+        self.restrict_next_for = False  # the phase's parallel loop runs only iterations [lo, hi)
         self.leaf_statement: PolyLeafContext | None = None
+        self.phase_functions: list[ll.Function] = []
 
     # ------------------------------------------------------------------ driver
 
     def run(self) -> ll.Module:
-        self.emit_node(self.ast.root, {})
-        self.b.ret(ll.Constant(V.I32, 0))
+        for n, phase in enumerate(self.ast.phases):
+            self._begin_phase(n)
+            self.restrict_next_for = phase.loop is not None
+            self.emit_node(phase.node, {})
+            self.b.ret(ll.Constant(V.I32, 0))
         self._emit_entry()
         return self.module
 
+    def _begin_phase(self, n: int) -> None:
+        """A function `tl_phase<n>(tensors..., [params...], error, lo, hi)` with noalias tensors."""
+        layout = self.layout
+        tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in layout.tensors]
+        param_types = [] if self.param_values is not None else [V.I64] * len(layout.params)
+        ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64])
+        fn = ll.Function(self.module, ty, f"tl_phase{n}")
+        fn.attributes.add("noinline")
+        fn.attributes.add("nounwind")
+        for arg in fn.args[: len(tensor_types)]:
+            arg.add_attribute("noalias")
+        self.body = fn
+        self.phase_functions.append(fn)
+        self.error_ptr, self.lo, self.hi = fn.args[-3:]
+        self.b = ll.IRBuilder(fn.append_basic_block("entry"))
+        if self.param_values is not None:
+            self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in layout.params}
+        else:
+            self.params = dict(zip(layout.params, fn.args[len(tensor_types) : -3]))
+        self.pointers = dict(zip(layout.tensors, fn.args))
+
     def _emit_entry(self) -> None:
+        """tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi) -> i32"""
         ptr_ty = V.I8.as_pointer()
-        ty = ll.FunctionType(V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer()])
+        ty = ll.FunctionType(
+            V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer(), V.I64, V.I64, V.I64]
+        )
         fn = ll.Function(self.module, ty, "tl_kernel")
-        buffers, params, error = fn.args
+        buffers, params, error, phase, lo, hi = fn.args
         b = ll.IRBuilder(fn.append_basic_block("entry"))
         args = []
         for n in range(len(self.layout.tensors)):
             raw = b.load(b.gep(buffers, [ll.Constant(V.I64, n)]))
-            args.append(b.bitcast(raw, self.body.args[n].type))
-        if len(self.body.args) > len(self.layout.tensors) + 1:
+            args.append(
+                b.bitcast(raw, V.memory_type(self.program.tensor(self.layout.tensors[n]).dtype).as_pointer())
+            )
+        if self.param_values is None:
             for n in range(len(self.layout.params)):
                 args.append(b.load(b.gep(params, [ll.Constant(V.I64, n)])))
-        args.append(error)
-        b.ret(b.call(self.body, args))
+        args += [error, lo, hi]
+        default = fn.append_basic_block("no_such_phase")
+        switch = b.switch(phase, default)
+        for n, phase_fn in enumerate(self.phase_functions):
+            block = fn.append_basic_block(f"phase{n}")
+            switch.add_case(ll.Constant(V.I64, n), block)
+            b.position_at_end(block)
+            b.ret(b.call(phase_fn, args))
+        b.position_at_end(default)
+        b.ret(ll.Constant(V.I32, 0))
 
     # ------------------------------------------------------------------ AST nodes
 
@@ -150,6 +174,9 @@ class Lowering:
             self.emit_node(node.for_get_body(), {**env, name: init})
             return
         b = self.b
+        restricted, self.restrict_next_for = self.restrict_next_for, False
+        if restricted:  # this thread runs the iterations in [lo, hi) only
+            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
         pre = b.block
         header = self.body.append_basic_block(f"{name}.header")
         body = self.body.append_basic_block(f"{name}.body")
@@ -159,7 +186,10 @@ class Lowering:
         iv = b.phi(V.I64, name)
         iv.add_incoming(init, pre)
         inner = {**env, name: iv}
-        b.cbranch(self.ast_expr(node.for_get_cond(), inner), body, exit_)
+        cond = self.ast_expr(node.for_get_cond(), inner)
+        if restricted:
+            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
+        b.cbranch(cond, body, exit_)
         b.position_at_end(body)
         self.emit_node(node.for_get_body(), inner)
         step = b.add(iv, self.ast_expr(node.for_get_inc(), inner), flags=["nsw"])

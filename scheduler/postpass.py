@@ -42,7 +42,11 @@ def _member_vars(scop: Scop, node: isl.ScheduleNode) -> list[dict[str, str]]:
             if not pa.isa_aff():
                 continue
             aff = pa.as_aff()
-            nonzero = [d for d in range(aff.dim(isl.dim_type.in_)) if not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()]
+            nonzero = [
+                d
+                for d in range(aff.dim(isl.dim_type.in_))
+                if not aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()
+            ]
             if len(nonzero) == 1 and aff.get_coefficient_val(isl.dim_type.in_, nonzero[0]).is_one():
                 found[name] = stmt.index_vars[nonzero[0]]
         out.append(found)
@@ -115,6 +119,16 @@ def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
     return node.band_tile(mv)
 
 
+def _unroll_and_jam(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
+    """Strip-mine the second-innermost member by `factor` and unroll its point loop inside the
+    innermost one: `factor` copies of the statement per innermost iteration (register reuse)."""
+    n = node.band_n_member()
+    sizes = tuple(factor if m == n - 2 else 1 for m in range(n))
+    point = _tile(node, sizes).child(0)
+    point = point.band_member_set_ast_loop_type(n - 2, isl.ast_loop_type.unroll)
+    return point
+
+
 def optimise_tree(scop: Scop, tree: isl.Schedule, options: Options) -> isl.Schedule:
     """Reorder every permutable band for stride-1 inner loops; tile if asked."""
 
@@ -123,8 +137,13 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: Options) -> isl.Sched
             return node
         if node.band_n_member() >= 2:
             node = _permute_band(node, _member_order(scop, node))
+            depth = 0  # the callback must return a node at the position it was given
             if options.tile is not None:
-                node = _tile(node, options.tile)
+                node, depth = _tile(node, options.tile).child(0), depth + 1  # work on the point band
+            if options.unroll is not None and options.unroll > 1 and node.band_n_member() >= 2:
+                node, depth = _unroll_and_jam(node, options.unroll), depth + 1
+            for _ in range(depth):
+                node = node.parent()
         return node
 
     return tree.map_schedule_node_bottom_up(visit)

@@ -1,0 +1,95 @@
+"""codegen: phases of a compiled kernel → calls on a thread pool (parallel loops split by iterations).
+
+The JIT-compiled entry runs one phase at a time, optionally restricted to iterations [lo, hi) of
+the phase's parallel outer loop. ctypes releases the GIL for the call, so a plain Python thread
+pool runs chunks on all cores. Phases with little work run serially: a dispatch costs tens of
+microseconds.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorlang.errors import TensorLangError
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# statement instances below which a phase is not worth splitting across threads
+MIN_PARALLEL_WORK = 1 << 15
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """How to run one phase: the parallel loop's (first, stop, step) if any, and its work."""
+
+    index: int
+    loop_range: tuple[int, int, int] | None
+    work: int
+
+
+def default_threads() -> int:
+    """TENSORLANG_NUM_THREADS if set, else every core."""
+    env = os.environ.get("TENSORLANG_NUM_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if value < 1:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
+        return value
+    return os.cpu_count() or 1
+
+
+def _executor(threads: int) -> ThreadPoolExecutor:
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < threads:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tensorlang")
+            _pool_size = threads
+        return _pool
+
+
+def chunks(loop_range: tuple[int, int, int], parts: int) -> list[tuple[int, int]]:
+    """Split the iterations of a loop into at most `parts` contiguous [lo, hi) ranges."""
+    first, stop, step = loop_range
+    count = max(0, -(-(stop - first) // step))
+    parts = max(1, min(parts, count))
+    bounds = [first + (count * p // parts) * step for p in range(parts + 1)]
+    return [(bounds[p], bounds[p + 1]) for p in range(parts) if bounds[p] < bounds[p + 1]]
+
+
+def run_phases(entry, buffers, params, plans: tuple[PhasePlan, ...], threads: int) -> tuple[int, np.ndarray]:
+    """Run every phase in order; return (error code, error details) of the first failure."""
+    error = np.zeros(4, dtype=np.int64)
+    error_ptr = error.ctypes.data
+    for plan in plans:
+        pieces = []
+        if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
+            pieces = chunks(plan.loop_range, threads)
+        if len(pieces) <= 1:
+            code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX)
+            if code:
+                return code, error
+            continue
+        errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
+        pool = _executor(threads)
+        futures = [
+            pool.submit(entry, buffers, params, err.ctypes.data, plan.index, lo, hi)
+            for err, (lo, hi) in zip(errors, pieces)
+        ]
+        codes = [f.result() for f in futures]
+        for code, err in zip(codes, errors):
+            if code:
+                return code, err
+    return 0, error
