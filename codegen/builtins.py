@@ -76,6 +76,8 @@ import llvmlite.ir as ir
 
 from tensorlang.builtins import BUILTINS
 
+from .vecmath import VECMATH_BUILTINS, emit_vecmath
+
 __all__ = ["LIBM_SYMBOLS", "emit_builtin", "ensure_libm_loaded"]
 
 # ---------------------------------------------------------------------------------------------
@@ -657,6 +659,8 @@ def emit_builtin(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.V
         return builder.fptrunc(emit_builtin(builder, name, wide), ty)
     if not isinstance(ty, ir.FloatType | ir.DoubleType):
         raise ValueError(f"builtin {name!r}: unsupported argument type {ty}")
+    if name in VECMATH_BUILTINS:  # branch-free inline IR that the loop vectoriser can widen
+        return emit_vecmath(builder, name, args)
     e = _E(builder, ty)
     if name in _INTRINSICS:
         return e.intr(_INTRINSICS[name], *args)

@@ -66,16 +66,17 @@ class MachineCode:
         return target_machine().emit_assembly(self.module)
 
 
-# tl_kernel(buffers, params, error, phase, lo, hi); ctypes releases the GIL during the call,
+# tl_kernel(buffers, params, error, phase, lo, hi, workspace); ctypes releases the GIL during the call,
 # so several Python threads can run iterations of a parallel phase at once
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_void_p,
-    ctypes.c_int64,
-    ctypes.c_int64,
-    ctypes.c_int64,
+    ctypes.c_void_p,  # i8** buffers
+    ctypes.c_void_p,  # i64* params
+    ctypes.c_void_p,  # i64* error
+    ctypes.c_int64,  # phase
+    ctypes.c_int64,  # lo
+    ctypes.c_int64,  # hi
+    ctypes.c_void_p,  # i8* workspace (one per thread)
 )
 
 

@@ -12,18 +12,20 @@ import islpy as isl
 import numpy as np
 
 from polyhedral import Scop
+from polyhedral.contraction import plan_contractions
 from polyhedral.sizes import compile_size_expr
-from scheduler import Schedule
+from scheduler import Schedule, compute_schedule
 from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 from tensorlang.options import Options
 
 from . import arguments as args_
 from .astgen import LoopAst, build_ast, loop_range
+from .gemm import workspace_bytes
 from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
-from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, kernel_layout, lower_to_llvm
-from .parallel import PhasePlan, default_threads, run_phases
+from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
+from .parallel import PhasePlan, Workspaces, default_threads, run_phases
 
 STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops", "llvm", "asm")
 
@@ -36,6 +38,7 @@ class Specialisation:
     layout: KernelLayout
     params: np.ndarray  # int64 parameter array passed at each call
     plans: tuple[PhasePlan, ...]
+    workspaces: Workspaces
 
 
 class Kernel:
@@ -50,6 +53,7 @@ class Kernel:
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
+        self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
         self._lock = threading.Lock()
         self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
 
@@ -142,7 +146,7 @@ class Kernel:
         if not self.options.optimize:
             threads = 1
         code, error = run_phases(
-            spec.code.entry, ctypes.addressof(pointers), spec.params.ctypes.data, spec.plans, threads
+            spec.code.entry, ctypes.addressof(pointers), spec.params.ctypes.data, spec.plans, threads, spec.workspaces
         )
         if code != 0:
             raise self._runtime_error(int(code), error)
@@ -187,38 +191,51 @@ class Kernel:
 
     def _build(self, sizes: Mapping[str, int]) -> Specialisation:
         values = self._param_values(sizes)
-        layout = kernel_layout(self.scop)
         try:
-            if self.options.specialize:
-                ast = build_ast(self.schedule, sizes)
-                module, layout = lower_to_llvm(self.scop, ast, values, self.options.fast_math)
-            else:
-                ast = build_ast(self.schedule, None)
-                module, layout = lower_to_llvm(self.scop, ast, None, self.options.fast_math)
+            scop, schedule, plans = self.scop, self.schedule, {}
+            if self.options.optimize and self.options.specialize:
+                scop, plans = plan_contractions(self.scop, sizes)
+                if plans:  # contractions run as GEMM calls: schedule the remaining loops
+                    schedule = self._contraction_schedule(scop, plans)
+            ast = build_ast(schedule, sizes if self.options.specialize else None)
+            module, layout = lower_to_llvm(
+                scop, ast, values if self.options.specialize else None, self.options.fast_math, plans
+            )
             code = jit(module, vectorize=self.options.vectorize)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
-            raise TensorLangError(
-                f"{self.name}: internal compiler error while generating code: {exc}"
-            ) from exc
+            raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        return Specialisation(code, layout, params, self._phase_plans(ast, values, sizes))
+        nbytes = max((workspace_bytes(self.program.tensor(p.c.tensor).dtype.numpy_name) for p in plans.values()), default=0)
+        return Specialisation(code, layout, params, self._phase_plans(scop, ast, values, sizes, plans), Workspaces(nbytes))
 
-    def _phase_plans(
-        self, ast: LoopAst, values: Mapping[str, int], sizes: Mapping[str, int]
-    ) -> tuple[PhasePlan, ...]:
-        plans = []
+    def _contraction_schedule(self, scop: Scop, plans) -> Schedule:
+        key = tuple(sorted((name, p.m, p.n, p.k) for name, p in plans.items()))
+        schedule = self._schedules.get(key)
+        if schedule is None:
+            schedule = compute_schedule(scop, self.options)
+            self._schedules[key] = schedule
+        return schedule
+
+    def _phase_plans(self, scop: Scop, ast: LoopAst, values, sizes, plans) -> tuple[PhasePlan, ...]:
+        result = []
         for n, phase in enumerate(ast.phases):
             work = 0
             for name in phase.statements:
-                stmt = self.scop.statement(name)
+                stmt = scop.statement(name)
+                st = stmt.statement
+                ranges = st.ranges if stmt.kind == "body" else st.ranges[: len(st.indices)]
                 points = 1
-                for r in stmt.statement.ranges[: len(stmt.index_vars)]:
+                for r in ranges:
                     points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
                 work += points
             span = loop_range(phase.loop, values) if phase.loop is not None else None
-            plans.append(PhasePlan(n, span, work))
-        return tuple(plans)
+            gemm = gemm_phase(phase, plans)
+            if gemm is not None:  # split the rows of the one GEMM among threads
+                r = scop.statement(gemm.statement).statement.range_of(gemm.m)
+                span = (compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes), 1)
+            result.append(PhasePlan(n, span, work))
+        return tuple(result)
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
         """Accesses proved in bounds only for some sizes: reject the sizes that break them."""
@@ -261,10 +278,15 @@ class Kernel:
         if stage == "schedule":
             return str(self.schedule)
         ast = build_ast(self.schedule, sizes)
+        scop, plans = self.scop, {}
+        if sizes is not None and self.options.optimize and self.options.specialize:
+            scop, plans = plan_contractions(self.scop, sizes)
+            if plans:
+                ast = build_ast(self._contraction_schedule(scop, plans), sizes)
         if stage == "loops":
-            return loops_text(self.scop, ast)
+            return loops_text(scop, ast, plans)
         values = self._param_values(sizes) if sizes is not None else None
-        module, _ = lower_to_llvm(self.scop, ast, values, self.options.fast_math)
+        module, _ = lower_to_llvm(scop, ast, values, self.options.fast_math, plans)
         if stage == "llvm":
             return str(optimise(module, vectorize=self.options.vectorize))
         return assembly_of(module)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import islpy as isl
 
 from polyhedral import Scop
+from polyhedral.contraction import ContractionPlan
 from tensorlang import ir
 
 from .astgen import LoopAst
@@ -35,10 +38,17 @@ def _expr(e: ir.Expr, names: dict[str, str]) -> str:
     return str(e)
 
 
-def statement_text(scop: Scop, name: str, index_names: dict[str, str]) -> str:
+def statement_text(scop: Scop, name: str, index_names: dict[str, str], plans: Mapping[str, ContractionPlan]) -> str:
     """One statement instance as C, with index variables replaced by loop expressions."""
     stmt = scop.statement(name)
     st = stmt.statement
+    plan = plans.get(name)
+    if plan is not None:
+        ranges = {r.var: r for r in st.ranges}
+        dims = ", ".join(f"{v} in {ranges[v].lo}:{ranges[v].hi}" for v in (plan.m, plan.n, plan.k))
+        names = {**index_names, plan.m: plan.m, plan.n: plan.n, plan.k: plan.k}
+        c = plan.c.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
+        return f"gemm({dims}): {c} += {_expr(st.rhs, names)};"
     lhs = st.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
     if stmt.kind == "init":
         return f"{lhs} = {_IDENTITY[st.op]};"
@@ -50,7 +60,8 @@ def statement_text(scop: Scop, name: str, index_names: dict[str, str]) -> str:
     return f"{lhs} = {st.op}({lhs}, {rhs});"
 
 
-def loops_text(scop: Scop, ast: LoopAst) -> str:
+def loops_text(scop: Scop, ast: LoopAst, plans: Mapping[str, ContractionPlan] | None = None) -> str:
+    plans = plans or {}
     lines: list[str] = []
 
     def emit(node: isl.AstNode, depth: int) -> None:
@@ -67,7 +78,7 @@ def loops_text(scop: Scop, ast: LoopAst) -> str:
         elif t == NT.user:
             leaf = ast.leaves[node.get_annotation().get_name()]
             names = {v: e.to_C_str() for v, e in leaf.index_exprs}
-            lines.append(f"{pad}{statement_text(scop, leaf.statement, names)}  // {leaf.statement}")
+            lines.append(f"{pad}{statement_text(scop, leaf.statement, names, plans)}  // {leaf.statement}")
         elif t == NT.if_:
             lines.append(f"{pad}if ({node.if_get_cond().to_C_str()}) {{")
             emit(node.if_get_then_node(), depth + 1)

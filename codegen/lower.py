@@ -16,13 +16,15 @@ import islpy as isl
 import llvmlite.ir as ll
 
 from polyhedral import Scop
-from polyhedral.sizes import isl_param_name
+from polyhedral.contraction import ContractionPlan
+from polyhedral.sizes import compile_size_expr, isl_param_name
 from tensorlang import ir
 from tensorlang.dtypes import ScalarType
 
 from . import values as V
-from .astgen import Leaf, LoopAst
+from .astgen import Leaf, LoopAst, Phase
 from .builtins import emit_builtin
+from .gemm import define_gemm
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
@@ -62,8 +64,10 @@ class Lowering:
         layout: KernelLayout,
         param_values: Mapping[str, int] | None,
         fast_math: bool,
+        plans: Mapping[str, ContractionPlan] | None = None,
     ):
         self.scop = scop
+        self.plans = dict(plans or {})
         self.program = scop.program
         self.ast = ast
         self.layout = layout
@@ -74,6 +78,7 @@ class Lowering:
             self.check_ids[(c.statement, id(c.read) if c.read is not None else None)] = n
         self.param_values = param_values
         self.restrict_next_for = False  # the phase's parallel loop runs only iterations [lo, hi)
+        self.restrict_gemm_rows = False  # a lone contraction phase splits its M rows instead
         self.leaf_statement: PolyLeafContext | None = None
         self.phase_functions: list[ll.Function] = []
 
@@ -83,6 +88,7 @@ class Lowering:
         for n, phase in enumerate(self.ast.phases):
             self._begin_phase(n)
             self.restrict_next_for = phase.loop is not None
+            self.restrict_gemm_rows = gemm_phase(phase, self.plans) is not None
             self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
         self._emit_entry()
@@ -93,7 +99,7 @@ class Lowering:
         layout = self.layout
         tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in layout.tensors]
         param_types = [] if self.param_values is not None else [V.I64] * len(layout.params)
-        ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64])
+        ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64, V.I8.as_pointer()])
         fn = ll.Function(self.module, ty, f"tl_phase{n}")
         fn.attributes.add("noinline")
         fn.attributes.add("nounwind")
@@ -101,22 +107,22 @@ class Lowering:
             arg.add_attribute("noalias")
         self.body = fn
         self.phase_functions.append(fn)
-        self.error_ptr, self.lo, self.hi = fn.args[-3:]
+        self.error_ptr, self.lo, self.hi, self.workspace = fn.args[-4:]
         self.b = ll.IRBuilder(fn.append_basic_block("entry"))
         if self.param_values is not None:
             self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in layout.params}
         else:
-            self.params = dict(zip(layout.params, fn.args[len(tensor_types) : -3]))
+            self.params = dict(zip(layout.params, fn.args[len(tensor_types) : -4]))
         self.pointers = dict(zip(layout.tensors, fn.args))
 
     def _emit_entry(self) -> None:
         """tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi) -> i32"""
         ptr_ty = V.I8.as_pointer()
         ty = ll.FunctionType(
-            V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer(), V.I64, V.I64, V.I64]
+            V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer(), V.I64, V.I64, V.I64, ptr_ty]
         )
         fn = ll.Function(self.module, ty, "tl_kernel")
-        buffers, params, error, phase, lo, hi = fn.args
+        buffers, params, error, phase, lo, hi, workspace = fn.args
         b = ll.IRBuilder(fn.append_basic_block("entry"))
         args = []
         for n in range(len(self.layout.tensors)):
@@ -127,7 +133,7 @@ class Lowering:
         if self.param_values is None:
             for n in range(len(self.layout.params)):
                 args.append(b.load(b.gep(params, [ll.Constant(V.I64, n)])))
-        args += [error, lo, hi]
+        args += [error, lo, hi, workspace]
         default = fn.append_basic_block("no_such_phase")
         switch = b.switch(phase, default)
         for n, phase_fn in enumerate(self.phase_functions):
@@ -255,6 +261,9 @@ class Lowering:
         self.leaf_statement = ctx
         st = stmt.statement
         target = self.program.tensor(st.tensor)
+        if stmt.name in self.plans:
+            self.emit_gemm(self.plans[stmt.name], target.dtype)
+            return
         lhs = tuple(ir.IndexRef(name=v) for v in st.indices)
         ptr = self.address(st.tensor, lhs, None)
         if stmt.kind == "init":
@@ -265,6 +274,61 @@ class Lowering:
             old = V.load_element(self.b, ptr, target.dtype)
             value = V.combine(self.b, st.op, target.dtype, old, value, self.flags)
         V.store_element(self.b, value, ptr, target.dtype)
+
+    def emit_gemm(self, plan: ContractionPlan, dtype: ScalarType) -> None:
+        """C[m, n] += A[m, k] · B[k, n] for the current outer point, as one packed GEMM call."""
+        b = self.b
+        st = self.leaf_statement.statement
+        lo = {r.var: self.size_value(r.lo) for r in st.ranges}
+        hi = {r.var: self.size_value(r.hi) for r in st.ranges}
+        values = dict(self.leaf_statement.indices)
+        m_lo, m_hi = lo[plan.m], hi[plan.m]
+        if self.restrict_gemm_rows:  # this thread computes rows [lo, hi) of M only
+            m_lo = b.select(b.icmp_signed(">", self.lo, m_lo), self.lo, m_lo)
+            m_hi = b.select(b.icmp_signed("<", self.hi, m_hi), self.hi, m_hi)
+        values.update({plan.m: m_lo, plan.n: lo[plan.n], plan.k: lo[plan.k]})
+
+        def extent(a, z):
+            d = b.sub(z, a)
+            return b.select(b.icmp_signed("<", d, ll.Constant(V.I64, 0)), ll.Constant(V.I64, 0), d)
+
+        def operand(op) -> tuple[ll.Value, dict[str, ll.Value]]:
+            """Base pointer at the current point, and the element stride of each variable."""
+            rank = len(op.forms)
+            dims = [self.extent(op.tensor, d) for d in range(rank)]
+            strides = [ll.Constant(V.I64, 1)] * rank
+            for d in range(rank - 2, -1, -1):
+                strides[d] = b.mul(strides[d + 1], dims[d + 1], flags=["nsw"])
+            offset = ll.Constant(V.I64, 0)
+            var_stride: dict[str, ll.Value] = {v: ll.Constant(V.I64, 0) for v in (plan.m, plan.n, plan.k)}
+            for d, form in enumerate(op.forms):
+                sub = ll.Constant(V.I64, form.constant)
+                for name, coeff in form.coeffs:
+                    value = values[name] if name in values else self.params[isl_param_name(name)]
+                    sub = b.add(sub, b.mul(value, ll.Constant(V.I64, coeff), flags=["nsw"]), flags=["nsw"])
+                    if name in var_stride:
+                        var_stride[name] = b.add(var_stride[name], b.mul(strides[d], ll.Constant(V.I64, coeff)))
+                offset = b.add(offset, b.mul(sub, strides[d], flags=["nsw"]), flags=["nsw"])
+            return b.gep(self.pointers[op.tensor], [offset]), var_stride
+
+        a_ptr, a_st = operand(plan.a)
+        b_ptr, b_st = operand(plan.b)
+        c_ptr, c_st = operand(plan.c)
+        gemm = define_gemm(self.module, dtype.numpy_name)
+        b.call(
+            gemm,
+            [
+                extent(m_lo, m_hi), extent(lo[plan.n], hi[plan.n]), extent(lo[plan.k], hi[plan.k]),
+                a_ptr, a_st[plan.m], a_st[plan.k],
+                b_ptr, b_st[plan.k], b_st[plan.n],
+                c_ptr, c_st[plan.m], c_st[plan.n],
+                self.workspace,
+            ],
+        )  # fmt: skip
+
+    def size_value(self, expr) -> ll.Value:
+        """A size expression's value (the code is specialised, so it is a constant)."""
+        return ll.Constant(V.I64, compile_size_expr(expr)(self.ast.sizes))
 
     def index_value(self, e: ir.Expr) -> ll.Value:
         """An integral subscript as i64 (affine ones directly in 64-bit arithmetic)."""
@@ -423,7 +487,21 @@ class PolyLeafContext:
 
 
 def lower_to_llvm(
-    scop: Scop, ast: LoopAst, param_values: Mapping[str, int] | None, fast_math: bool = False
+    scop: Scop,
+    ast: LoopAst,
+    param_values: Mapping[str, int] | None,
+    fast_math: bool = False,
+    plans: Mapping[str, ContractionPlan] | None = None,
 ) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
-    return Lowering(scop, ast, layout, param_values, fast_math).run(), layout
+    return Lowering(scop, ast, layout, param_values, fast_math, plans).run(), layout
+
+
+def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:
+    """The plan of a phase that is a single contraction call with no loop around it."""
+    node = phase.node
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    if node.get_type() != isl.ast_node_type.user or len(phase.statements) != 1:
+        return None
+    return plans.get(phase.statements[0])

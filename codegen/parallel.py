@@ -69,7 +69,26 @@ def chunks(loop_range: tuple[int, int, int], parts: int) -> list[tuple[int, int]
     return [(bounds[p], bounds[p + 1]) for p in range(parts) if bounds[p] < bounds[p + 1]]
 
 
-def run_phases(entry, buffers, params, plans: tuple[PhasePlan, ...], threads: int) -> tuple[int, np.ndarray]:
+class Workspaces:
+    """Scratch buffers for packed operands, one per thread, 64-byte aligned, grown on demand."""
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+        self._buffers: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def pointers(self, count: int) -> list[int]:
+        if self.nbytes == 0:
+            return [0] * count
+        with self._lock:
+            while len(self._buffers) < count:
+                self._buffers.append(np.empty(self.nbytes + 64, dtype=np.uint8))
+            return [(b.ctypes.data + 63) // 64 * 64 for b in self._buffers[:count]]
+
+
+def run_phases(
+    entry, buffers, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
+) -> tuple[int, np.ndarray]:
     """Run every phase in order; return (error code, error details) of the first failure."""
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
@@ -78,15 +97,15 @@ def run_phases(entry, buffers, params, plans: tuple[PhasePlan, ...], threads: in
         if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
             pieces = chunks(plan.loop_range, threads)
         if len(pieces) <= 1:
-            code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX)
+            code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, workspaces.pointers(1)[0])
             if code:
                 return code, error
             continue
         errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
         pool = _executor(threads)
         futures = [
-            pool.submit(entry, buffers, params, err.ctypes.data, plan.index, lo, hi)
-            for err, (lo, hi) in zip(errors, pieces)
+            pool.submit(entry, buffers, params, err.ctypes.data, plan.index, lo, hi, ws)
+            for err, (lo, hi), ws in zip(errors, pieces, workspaces.pointers(len(pieces)))
         ]
         codes = [f.result() for f in futures]
         for code, err in zip(codes, errors):

@@ -29,9 +29,12 @@ class PolyStatement:
     statement: ir.Statement
     domain: isl.Set  # dims named after the statement's index variables
     accesses: tuple[Access, ...]  # the write first, then the reads in evaluation order
+    projected: tuple[str, ...] | None = None  # the loops kept when a contraction plan runs the rest
 
     @property
     def index_vars(self) -> tuple[str, ...]:
+        if self.projected is not None:
+            return self.projected
         return self.statement.indices if self.kind == "init" else self.statement.all_indices
 
     @property

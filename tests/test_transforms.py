@@ -15,6 +15,7 @@ import pytest
 from conftest import load_corpus
 
 import codegen.parallel
+import polyhedral.contraction
 import tensorlang as tl
 
 KERNELS = {
@@ -63,6 +64,15 @@ KERNELS = {
         "def s(float(N, M) X) -> (O) { O(i, j) = (j >= 1 && j < M - 1) ? X(i, j - 1) + X(i, j + 1) : X(i, j) where j in 0:M }",
         {"X": (6, 13)},
     ),
+    "matmul_gemm_sized": (
+        "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+        {"A": (67, 131), "B": (131, 45)},
+    ),
+    "conv2d_strided_double": (
+        "def conv(double(N, C, H, W) I, double(F, C, KH, KW) W1) -> (O) {"
+        " O(n, f, h, w) +=! I(n, c, 2 * h + kh, 2 * w + kw) * W1(f, c, kh, kw) }",
+        {"I": (2, 5, 13, 17), "W1": (7, 5, 3, 2)},
+    ),
     "gather": (
         "def g(float(E, D) T, int32(B) I) -> (O) { O(b, d) = T(I(b), d) + 1.0 }",
         {"T": (9, 5), "I": (7,)},
@@ -95,8 +105,10 @@ def _run(src, inputs, options, entry=None):
 
 
 @pytest.fixture(autouse=True)
-def _split_even_tiny_loops(monkeypatch):
+def _transform_even_tiny_kernels(monkeypatch):
+    """Split loops over threads and run contractions as GEMM calls whatever the size."""
     monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(polyhedral.contraction, "MIN_CONTRACTION_WORK", 0)
 
 
 def _assert_same(got, want, label):

@@ -230,3 +230,21 @@ def test_scalar_inputs_accept_python_numbers():
     np.testing.assert_allclose(k(2.0, np.ones(3, np.float32)), 2)
     with pytest.raises(tl.ArgumentError, match="Python int"):
         k(2, np.ones(3, np.float32))
+
+
+def test_contractions_take_the_gemm_path(matmul):
+    text = matmul.inspect("loops", sizes={"M": 300, "K": 200, "N": 100})
+    assert "gemm(m in 0:M, n in 0:N, k in 0:K)" in text
+    small = matmul.inspect("loops", sizes={"M": 3, "K": 2, "N": 1})
+    assert "gemm" not in small  # too little work to pay for packing
+    a, b = f32(300, 200), f32(200, 100)
+    np.testing.assert_allclose(matmul(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_gemm_plan_uses_largest_dims():
+    conv = tl.compile(
+        "def conv(float(N, C, H, W) I, float(F, C, KH, KW) W1) -> (O) {"
+        " O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }"
+    )
+    text = conv.inspect("loops", sizes={"N": 1, "C": 32, "H": 20, "W": 30, "F": 16, "KH": 3, "KW": 3})
+    assert "gemm(w in 0:W - KW + 1, f in 0:F, c in 0:C)" in text

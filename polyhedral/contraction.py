@@ -1,0 +1,134 @@
+"""polyhedral: a Scop statement `C(..) += A(..) * B(..)` → a contraction plan (GEMM dims M, N, K).
+
+A statement is a contraction when its right-hand side is the product of two reads whose
+subscripts are affine with non-negative coefficients. Its index variables then fall into
+classes by where they occur: in C and A only (M-like), in C and B only (N-like), in A and B but
+not C (K-like), and the rest (batch and other outer loops). With concrete sizes the plan picks the
+largest M, N and K variables; the code generator runs a packed GEMM for them at each point of the
+remaining (outer) variables. The decision comes from the polyhedral description of the
+statement, not from pattern-matching generated code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from tensorlang import ir
+
+from .scop import PolyStatement, Scop, compute_dependences
+from .sizes import compile_size_expr
+
+# Below this many multiply-adds a GEMM call (packing, blocking) does not pay for itself.
+MIN_CONTRACTION_WORK = 4096
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor of a contraction: its subscripts as affine forms."""
+
+    tensor: str
+    forms: tuple[ir.AffineForm, ...]
+
+    def uses(self, var: str) -> bool:
+        return any(f.coeff(var) for f in self.forms)
+
+
+@dataclass(frozen=True)
+class ContractionPlan:
+    """C[m, n] += A[m, k] · B[k, n] over the chosen variables; `outer` are looped around it."""
+
+    statement: str  # polyhedral statement name (S<k>)
+    c: Operand
+    a: Operand  # the operand that holds m (and k)
+    b: Operand  # the operand that holds n (and k)
+    m: str
+    n: str
+    k: str
+    outer: tuple[str, ...]
+
+
+def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
+    rhs = st.rhs
+    if st.op != "+" or not isinstance(rhs, ir.Binary) or rhs.op != "*" or not rhs.dtype.is_float:
+        return None
+    if rhs.dtype.bits not in (32, 64):
+        return None
+    reads = (rhs.lhs, rhs.rhs)
+    if not all(isinstance(r, ir.Read) and r.dtype == rhs.dtype for r in reads):
+        return None
+    ops = []
+    for r in reads:
+        forms = tuple(ir.affine_form(i) for i in r.indices)
+        if any(f is None for f in forms):
+            return None
+        if any(c < 0 for f in forms for name, c in f.coeffs if name in st.all_indices):
+            return None
+        ops.append(Operand(r.tensor, forms))
+    c = Operand(st.tensor, tuple(ir.AffineForm(((v, 1),), 0) for v in st.indices))
+    return c, ops[0], ops[1]
+
+
+def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ContractionPlan | None:
+    """The GEMM decomposition of a body statement for these sizes, or None."""
+    if stmt.kind != "body" or any(c.statement == stmt.name and c.dynamic_dims for c in scop.checks):
+        return None
+    found = _operands(stmt.statement)
+    if found is None:
+        return None
+    c, x, y = found
+    if c.tensor in (x.tensor, y.tensor):
+        return None  # reads the tensor it accumulates into: not a plain C += A·B
+    st = stmt.statement
+    extent = {r.var: compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes) for r in st.ranges}
+    in_c = set(st.indices)
+
+    def best(candidates: list[str]) -> str | None:
+        return max(candidates, key=lambda v: (extent[v], -st.all_indices.index(v)), default=None)
+
+    m = best([v for v in st.indices if x.uses(v) and not y.uses(v)])
+    n = best([v for v in st.indices if y.uses(v) and not x.uses(v)])
+    k = best([v for v in st.reduction_indices if x.uses(v) and y.uses(v) and v not in in_c])
+    if m is None or n is None or k is None:
+        return None
+    if extent[m] * extent[n] * extent[k] < MIN_CONTRACTION_WORK:
+        return None
+    outer = tuple(v for v in st.all_indices if v not in (m, n, k))
+    return ContractionPlan(stmt.name, c, x, y, m, n, k, outer)
+
+
+def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
+    """The statement over its outer variables only; accesses become their unions over m, n, k."""
+    positions = sorted((stmt.index_vars.index(v) for v in (plan.m, plan.n, plan.k)), reverse=True)
+    domain = stmt.domain
+    accesses = []
+    for pos in positions:
+        domain = domain.project_out(isl.dim_type.set, pos, 1)
+    domain = domain.set_tuple_name(stmt.name)  # projecting every dimension out drops the name
+    for a in stmt.accesses:
+        rel = a.relation
+        for pos in positions:
+            rel = rel.project_out(isl.dim_type.in_, pos, 1)
+        rel = rel.set_tuple_name(isl.dim_type.in_, stmt.name)
+        accesses.append(type(a)(a.tensor, a.is_write, rel, tuple(None for _ in a.subscripts), domain, a.read))
+    return PolyStatement(stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer)
+
+
+def plan_contractions(scop: Scop, sizes: Mapping[str, int]) -> tuple[Scop, dict[str, ContractionPlan]]:
+    """The Scop with every contraction statement projected onto its outer loops, and the plans."""
+    plans = {}
+    statements = []
+    for s in scop.statements:
+        plan = plan_contraction(scop, s, sizes)
+        if plan is None:
+            statements.append(s)
+            continue
+        plans[s.name] = plan
+        statements.append(_project(s, plan))
+    if not plans:
+        return scop, plans
+    stmts = tuple(statements)
+    projected = Scop(scop.program, scop.params, stmts, scop.checks, compute_dependences(stmts, scop.params))
+    return projected, plans
