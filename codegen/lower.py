@@ -272,7 +272,10 @@ class Lowering:
         value = self.value(st.rhs)
         if st.op != "=":
             old = V.load_element(self.b, ptr, target.dtype)
-            value = V.combine(self.b, st.op, target.dtype, old, value, self.flags)
+            # the language leaves the order of a reduction unspecified, so its accumulation may be
+            # reassociated (that is what lets LLVM vectorise it), whatever fast_math says
+            reduction_flags = self.flags if self.flags else ("reassoc",)
+            value = V.combine(self.b, st.op, target.dtype, old, value, reduction_flags)
         V.store_element(self.b, value, ptr, target.dtype)
 
     def emit_gemm(self, plan: ContractionPlan, dtype: ScalarType) -> None:
