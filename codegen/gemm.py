@@ -590,3 +590,23 @@ def compile_gemm(dtype: str, cfg: Config | None = None) -> CompiledGemm:
         engine.finalize_object()
         address = engine.get_function_address(fn.name)
     return CompiledGemm(engine, ref, gemm_signature(dtype)(address), address)
+
+
+def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
+    """Declare tl_gemm_<dtype> in `module`; its body is the process-wide `shared_gemm(dtype)`."""
+    t, _, suffix = _TYPES[dtype]
+    name = f"tl_gemm_{suffix}"
+    if name in module.globals:
+        return module.globals[name]
+    tp = t.as_pointer()
+    ty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P])
+    return ir.Function(module, ty, name)
+
+
+@functools.cache
+def shared_gemm(dtype: str) -> CompiledGemm:
+    """Compile tl_gemm_<dtype> once per process and publish its address to the JIT linker, so
+    every kernel calls the same machine code instead of recompiling it (~0.4 s with O3)."""
+    compiled = compile_gemm(dtype)
+    llvm.add_symbol(f"tl_gemm_{_TYPES[dtype][2]}", compiled.address)
+    return compiled

@@ -21,7 +21,7 @@ from tensorlang.options import Options
 
 from . import arguments as args_
 from .astgen import LoopAst, build_ast, loop_range
-from .gemm import workspace_bytes
+from .gemm import shared_gemm, workspace_bytes
 from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
@@ -201,6 +201,8 @@ class Kernel:
             module, layout = lower_to_llvm(
                 scop, ast, values if self.options.specialize else None, self.options.fast_math, plans
             )
+            for plan in plans.values():  # GEMM bodies are compiled once per process and linked
+                shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
             code = jit(module, vectorize=self.options.vectorize)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
             raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc

@@ -24,7 +24,7 @@ from tensorlang.dtypes import ScalarType
 from . import values as V
 from .astgen import Leaf, LoopAst, Phase
 from .builtins import emit_builtin
-from .gemm import define_gemm
+from .gemm import declare_gemm
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
@@ -317,7 +317,7 @@ class Lowering:
         a_ptr, a_st = operand(plan.a)
         b_ptr, b_st = operand(plan.b)
         c_ptr, c_st = operand(plan.c)
-        gemm = define_gemm(self.module, dtype.numpy_name)
+        gemm = declare_gemm(self.module, dtype.numpy_name)
         b.call(
             gemm,
             [
