@@ -6,10 +6,11 @@ import ctypes
 import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
+
+from scheduler.machine import cache_size
 
 I64 = ir.IntType(64)
 I32 = ir.IntType(32)
@@ -42,19 +43,8 @@ class Config:
 
 
 def _cache_size(level: int, default: int) -> int:
-    base = Path("/sys/devices/system/cpu/cpu0/cache")
-    try:
-        for index in sorted(base.glob("index*")):
-            if int((index / "level").read_text()) != level:
-                continue
-            if (index / "type").read_text().strip() not in ("Data", "Unified"):
-                continue
-            text = (index / "size").read_text().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            return int(text.rstrip("KMG")) * scale
-    except (OSError, ValueError):
-        pass
-    return default
+    del default  # scheduler.machine has its own defaults
+    return cache_size(level)
 
 
 @functools.cache

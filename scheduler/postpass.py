@@ -17,6 +17,8 @@ from polyhedral import Scop
 from tensorlang import ir
 from tensorlang.options import Options
 
+from .machine import cache_size
+
 
 @dataclass(frozen=True)
 class MemberInfo:
@@ -119,6 +121,36 @@ def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
     return node.band_tile(mv)
 
 
+def _strided_accesses(scop: Scop, node: isl.ScheduleNode, member: int) -> int:
+    """How many accesses walk memory with a large stride along band member `member`."""
+    count = 0
+    for statement, var in _member_vars(scop, node)[member].items():
+        stmt = scop.statement(statement)
+        st = stmt.statement
+        lists = [tuple(ir.IndexRef(name=v) for v in st.indices)]
+        if stmt.kind == "body":
+            lists += [a.read.indices for a in stmt.reads if a.read is not None]
+        for subscripts in lists:
+            forms = [ir.affine_form(x) for x in subscripts]
+            if any(f is not None and f.coeff(var) for f in forms[:-1]):
+                count += 1
+    return count
+
+
+def _auto_tile(scop: Scop, node: isl.ScheduleNode) -> tuple[int, ...] | None:
+    """Square tiles when the innermost loop walks some array with a large stride (a transpose):
+    tiles whose footprint fits half the L1 cache make both arrays' lines reusable."""
+    n = node.band_n_member()
+    if _strided_accesses(scop, node, n - 1) == 0:
+        return None
+    arrays = {a.tensor for name in _member_vars(scop, node)[n - 1] for a in scop.statement(name).accesses}
+    element = 8  # bytes, a safe upper bound for the element size
+    side = 8
+    while side * 2 * side * 2 * element * max(1, len(arrays)) <= cache_size(1) // 2 and side < 128:
+        side *= 2
+    return tuple([side] * n)
+
+
 def _unroll_and_jam(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
     """Strip-mine the second-innermost member by `factor` and unroll its point loop inside the
     innermost one: `factor` copies of the statement per innermost iteration (register reuse)."""
@@ -138,8 +170,9 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: Options) -> isl.Sched
         if node.band_n_member() >= 2:
             node = _permute_band(node, _member_order(scop, node))
             depth = 0  # the callback must return a node at the position it was given
-            if options.tile is not None:
-                node, depth = _tile(node, options.tile).child(0), depth + 1  # work on the point band
+            sizes = options.tile if options.tile is not None else _auto_tile(scop, node)
+            if sizes is not None:
+                node, depth = _tile(node, sizes).child(0), depth + 1  # work on the point band
             if options.unroll is not None and options.unroll > 1 and node.band_n_member() >= 2:
                 node, depth = _unroll_and_jam(node, options.unroll), depth + 1
             for _ in range(depth):
