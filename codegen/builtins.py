@@ -2,8 +2,14 @@
 
 `emit_builtin(builder, name, args)` lowers one call of a language builtin (see
 `tensorlang.builtins.BUILTINS`) on float32 / float64 values (float16 is computed in float32) to
-LLVM IR. Three strategies, in order of preference:
+LLVM IR. Four strategies, in order of preference:
 
+* **Vectorisable inline IR** (`codegen.vecmath`): exp exp2 exp10 expm1 log log2 log10 log1p
+  tanh are branch-free ``internal alwaysinline`` functions (range reduction, polynomial,
+  exponent bit manipulation; <= 1 ulp measured, see that module's accuracy table), so loops
+  using them vectorise instead of calling libm once per element. Their intrinsic / libm entries
+  below are no longer used for the builtins themselves (the inline implementations further down
+  still call ``llvm.exp`` / ``llvm.log`` internally).
 * **LLVM intrinsics** (vectorisable, constant-foldable): sqrt exp exp2 exp10 log log2 log10 fabs
   floor ceil trunc round copysign fma pow sin cos tan asin acos atan atan2 sinh cosh tanh,
   fmax/fmin (``llvm.maxnum``/``llvm.minnum``: a NaN operand is ignored, like C ``fmax``), and
