@@ -20,6 +20,12 @@ def _initialise() -> None:
 
 
 @functools.cache
+def _has_avx512() -> bool:
+    _initialise()
+    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+
+
+@functools.cache
 def target_machine(opt: int = 3) -> llvm.TargetMachine:
     """The shared host target machine (for passes and assembly; never given to an engine)."""
     return new_target_machine(opt)
@@ -31,7 +37,8 @@ def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
+        # 512-bit vectors: the host tuning prefers 256 bits, which halves our vector loops
+        features=llvm.get_host_cpu_features().flatten() + (",-prefer-256-bit" if _has_avx512() else ""),
         opt=opt,
         reloc="default",
         codemodel="jitdefault",

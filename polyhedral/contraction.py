@@ -86,7 +86,8 @@ def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) 
     in_c = set(st.indices)
 
     def best(candidates: list[str]) -> str | None:
-        return max(candidates, key=lambda v: (extent[v], -st.all_indices.index(v)), default=None)
+        # the largest extent; among equals the later (inner, smaller-stride) variable
+        return max(candidates, key=lambda v: (extent[v], st.all_indices.index(v)), default=None)
 
     m = best([v for v in st.indices if x.uses(v) and not y.uses(v)])
     n = best([v for v in st.indices if y.uses(v) and not x.uses(v)])

@@ -86,6 +86,10 @@ def _access_score(scop: Scop, statement: str, var: str) -> int:
 def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
     n = node.band_n_member()
     members = _member_vars(scop, node)
+    if any(scop.statement(name).projected is not None for m in members for name in m):
+        # loops around GEMM calls: each iteration is a whole call, so strides do not matter;
+        # parallel loops go outermost so that threads get whole calls
+        return sorted(range(n), key=lambda m: not node.band_member_get_coincident(m))
     scores = []
     for m in range(n):
         vars_ = members[m]
@@ -141,6 +145,9 @@ def _auto_tile(scop: Scop, node: isl.ScheduleNode) -> tuple[int, ...] | None:
     """Square tiles when the innermost loop walks some array with a large stride (a transpose):
     tiles whose footprint fits half the L1 cache make both arrays' lines reusable."""
     n = node.band_n_member()
+    members = _member_vars(scop, node)
+    if any(scop.statement(name).projected is not None for m in members for name in m):
+        return None  # loops around GEMM calls
     if _strided_accesses(scop, node, n - 1) == 0:
         return None
     arrays = {a.tensor for name in _member_vars(scop, node)[n - 1] for a in scop.statement(name).accesses}
