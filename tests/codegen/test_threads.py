@@ -1,0 +1,51 @@
+"""Threads: results do not depend on the thread count; the count comes from Options or the environment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import codegen.parallel
+import tensorlang as tl
+from codegen.parallel import chunks, default_threads
+
+PROGRAMS = {
+    "gemm": ("def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", [(301, 257), (257, 129)]),
+    "rows": ("def r(float(N, D) I) -> (O) { O(n) +=! exp(I(n, d)) * 0.5 }", [(517, 263)]),
+    "bmm": (
+        "def b(float(B, M, K) X, float(B, K, N) Y) -> (Z) { Z(b, m, n) +=! X(b, m, k) * Y(b, k, n) }",
+        [(5, 67, 33), (5, 33, 71)],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_results_are_bitwise_identical_for_any_thread_count(name, monkeypatch):
+    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    src, shapes = PROGRAMS[name]
+    rng = np.random.default_rng(0)
+    inputs = [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
+    results = [tl.compile(src, options=tl.Options(threads=t))(*inputs) for t in (1, 2, 3, 7)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_chunks_cover_the_iterations_once():
+    for first, stop, step, parts in [(0, 10, 1, 3), (0, 54, 32, 2), (5, 6, 1, 4), (0, 0, 1, 2), (-7, 100, 3, 5)]:
+        got = [i for lo, hi in chunks((first, stop, step), parts) for i in range(lo, hi, step)]
+        assert got == list(range(first, stop, step))
+
+
+def test_thread_count_from_environment(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "3")
+    assert default_threads() == 3
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "zero")
+    with pytest.raises(tl.TensorLangError, match="TENSORLANG_NUM_THREADS"):
+        default_threads()
+    monkeypatch.delenv("TENSORLANG_NUM_THREADS")
+    assert default_threads() >= 1
+
+
+def test_bad_thread_option():
+    with pytest.raises(tl.TensorLangError, match="threads"):
+        tl.Options(threads=0)
