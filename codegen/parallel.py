@@ -18,8 +18,9 @@ import numpy as np
 from tensorlang.errors import TensorLangError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-# statement instances below which a phase is not worth splitting across threads
-MIN_PARALLEL_WORK = 1 << 15
+# statement instances below which a phase is not worth splitting across threads (a dispatch
+# costs some 50 µs; a quarter million simple instances take about as long as a few dispatches)
+MIN_PARALLEL_WORK = 1 << 18
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
