@@ -27,7 +27,7 @@ from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
 from .parallel import PhasePlan, Workspaces, default_threads, run_phases
 
-STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops", "llvm", "asm")
+STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
 
 
 @dataclass
@@ -280,6 +280,8 @@ class Kernel:
             return str(self.scop.dependences)
         if stage == "schedule":
             return str(self.schedule)
+        if stage == "graph":
+            return self.schedule.graph_text()
         ast = build_ast(self.schedule, sizes)
         scop, plans = self.scop, {}
         if sizes is not None and self.options.optimize and self.options.specialize:

@@ -133,3 +133,17 @@ def plan_contractions(scop: Scop, sizes: Mapping[str, int]) -> tuple[Scop, dict[
     stmts = tuple(statements)
     projected = Scop(scop.program, scop.params, stmts, scop.checks, compute_dependences(stmts, scop.params))
     return projected, plans
+
+
+def is_contraction(st: ir.Statement) -> bool:
+    """C += A·B with M-, N- and K-like variables: a statement the GEMM path can run (for large sizes)."""
+    found = _operands(st)
+    if found is None:
+        return False
+    c, x, y = found
+    if c.tensor in (x.tensor, y.tensor):
+        return False
+    has_m = any(x.uses(v) and not y.uses(v) for v in st.indices)
+    has_n = any(y.uses(v) and not x.uses(v) for v in st.indices)
+    has_k = any(x.uses(v) and y.uses(v) for v in st.reduction_indices)
+    return has_m and has_n and has_k

@@ -1,4 +1,4 @@
-"""scheduler: Scop → Schedule (the isl scheduler under dependence constraints, with a safe fallback)."""
+"""scheduler: Scop → Schedule (fusion regions, isl scheduling per region, post-passes, safe fallback)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from polyhedral import Scop
 from polyhedral.scop import original_order
 from tensorlang.options import Options
 
+from .fusion import partition, schedule_regions
+from .graph import OpGraph, build_graph
 from .postpass import optimise_tree
 
 # Bound on isl's work per scheduling call: beyond it we fall back to the textual order.
@@ -23,7 +25,9 @@ class Schedule:
     scop: Scop
     tree: isl.Schedule
     options: Options
-    strategy: str  # "isl" (isl scheduler) or "textual" (fallback: statements in source order)
+    strategy: str  # "regions" (isl per fusion region) or "textual" (fallback: source order)
+    regions: tuple[tuple[int, ...], ...] = ()  # ir statement positions scheduled together
+    graph: OpGraph | None = None
 
     def schedule_map(self) -> isl.UnionMap:
         return self.tree.get_map().intersect_domain(self.scop.domain())
@@ -41,7 +45,15 @@ class Schedule:
 
     def __str__(self) -> str:
         printer = isl.Printer.to_str(self.scop.ctx).set_yaml_style(isl.yaml_style.BLOCK)
-        return f"# strategy: {self.strategy}\n" + printer.print_schedule(self.tree).get_str()
+        regions = " ".join("[" + " ".join(f"S{p}" for p in r) + "]" for r in self.regions)
+        head = f"# strategy: {self.strategy}, fusion={self.options.fusion}, regions: {regions or '-'}\n"
+        return head + printer.print_schedule(self.tree).get_str()
+
+    def graph_text(self) -> str:
+        """The op graph and the regions the partitioner chose."""
+        graph = self.graph or build_graph(self.scop.program)
+        regions = [f"region {n}: " + " ".join(f"S{p}" for p in r) for n, r in enumerate(self.regions)]
+        return "\n".join([str(graph), f"# fusion={self.options.fusion}", *regions])
 
 
 def textual_schedule(scop: Scop) -> isl.Schedule:
@@ -54,10 +66,8 @@ def textual_schedule(scop: Scop) -> isl.Schedule:
     return isl.Schedule.from_domain(domain).insert_partial_schedule(partial)
 
 
-def _configure(ctx: isl.Context, options: Options) -> None:
+def _configure(ctx: isl.Context) -> None:
     ctx.set_schedule_maximize_band_depth(1)
-    ctx.set_schedule_serialize_sccs(1 if options.fusion == "none" else 0)
-    ctx.set_schedule_whole_component(1 if options.fusion == "max" else 0)
     ctx.set_schedule_max_constant_term(20)
     ctx.set_schedule_max_coefficient(20)
     ctx.set_schedule_treat_coalescing(1)
@@ -70,27 +80,19 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
         return Schedule(scop, isl.Schedule.from_domain(scop.domain()), options, "textual")
     if not options.optimize:
         return Schedule(scop, textual_schedule(scop), options, "textual")
-    deps = scop.dependences.all
-    domain = scop.domain()
-    _configure(ctx, options)
-    tree = None
+    _configure(ctx)
+    graph = build_graph(scop.program)
     ctx.set_max_operations(_MAX_SCHEDULER_OPERATIONS)
     ctx.reset_operations()
     try:
-        constraints = (
-            isl.ScheduleConstraints.on_domain(domain)
-            .set_context(scop.context)
-            .set_validity(deps)
-            .set_coincidence(deps)
-            .set_proximity(deps)
-        )
-        tree = constraints.compute_schedule()
+        regions = partition(scop, graph, options)
+        tree = schedule_regions(scop, regions)
     except isl.Error:
-        tree = None
+        regions, tree = (), None
     finally:
         ctx.set_max_operations(0)
         ctx.reset_operations()
-    candidates = [(tree, "isl")] if tree is not None else []
+    candidates = [(tree, "regions")] if tree is not None else []
     candidates.append((textual_schedule(scop), "textual"))
     for base, strategy in candidates:
         # post-passes only permute permutable bands and tile, which keeps the schedule legal;
@@ -100,7 +102,7 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
         except isl.Error:
             tuned = []
         for candidate, name in [*tuned, (base, strategy)]:
-            schedule = Schedule(scop, candidate, options, name)
+            schedule = Schedule(scop, candidate, options, name, regions if strategy == "regions" else (), graph)
             try:
                 if schedule.violated_dependences().is_empty():
                     return schedule

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .errors import TensorLangError
 
-EMIT_STAGES = ("ast", "ir", "scop", "deps", "schedule", "loops", "llvm", "asm")
+EMIT_STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
 
 USAGE = """\
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...]
