@@ -26,6 +26,7 @@ from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
 from .parallel import PhasePlan, Workspaces, default_threads, run_phases
+from .storage import ContractedTemporary, plan_storage, storage_report, workspace_end
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
 
@@ -39,6 +40,7 @@ class Specialisation:
     params: np.ndarray  # int64 parameter array passed at each call
     plans: tuple[PhasePlan, ...]
     workspaces: Workspaces
+    contracted: Mapping[str, ContractedTemporary]  # temporaries stored as one slice per thread
 
 
 class Kernel:
@@ -97,6 +99,9 @@ class Kernel:
                     TensorLangWarning,
                     stacklevel=2,
                 )
+            if t.name in spec.contracted:  # lives in the per-thread workspace instead
+                storage[t.name] = np.empty(1, dtype=t.dtype.numpy_name)
+                continue
             alloc = np.zeros if self._starts_uninitialised(t.name) else np.empty
             storage[t.name] = alloc(shapes[t.name], dtype=t.dtype.numpy_name)
         self._run(spec, storage, buffers)
@@ -139,14 +144,23 @@ class Kernel:
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
         layout = spec.layout
-        pointers = (ctypes.c_void_p * max(1, len(layout.tensors)))(
-            *[storage[n].ctypes.data for n in layout.tensors]
-        )
+        addresses = [storage[n].ctypes.data for n in layout.tensors]
+        slots = [(layout.tensors.index(name), c.offset) for name, c in spec.contracted.items()]
+        arrays = {}  # keeps each pointer array alive during the call
+
+        def buffers_for(workspace: int) -> int:
+            if workspace not in arrays:
+                own = list(addresses)
+                for index, offset in slots:  # contracted temporaries: this thread's slices
+                    own[index] = workspace + offset
+                arrays[workspace] = (ctypes.c_void_p * max(1, len(own)))(*own)
+            return ctypes.addressof(arrays[workspace])
+
         threads = self.options.threads or default_threads()
         if not self.options.optimize:
             threads = 1
         code, error = run_phases(
-            spec.code.entry, ctypes.addressof(pointers), spec.params.ctypes.data, spec.plans, threads, spec.workspaces
+            spec.code.entry, buffers_for, spec.params.ctypes.data, spec.plans, threads, spec.workspaces
         )
         if code != 0:
             raise self._runtime_error(int(code), error)
@@ -198,8 +212,12 @@ class Kernel:
                 if plans:  # contractions run as GEMM calls: schedule the remaining loops
                     schedule = self._contraction_schedule(scop, plans)
             ast = build_ast(schedule, sizes if self.options.specialize else None)
+            gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
+            contracted = {}
+            if self.options.optimize and self.options.specialize:
+                contracted = plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes)
             module, layout = lower_to_llvm(
-                scop, ast, values if self.options.specialize else None, self.options.fast_math, plans
+                scop, ast, values if self.options.specialize else None, self.options.fast_math, plans, contracted
             )
             for plan in plans.values():  # GEMM bodies are compiled once per process and linked
                 shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
@@ -208,8 +226,12 @@ class Kernel:
             raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        nbytes = max((workspace_bytes(self.program.tensor(p.c.tensor).dtype.numpy_name) for p in plans.values()), default=0)
-        return Specialisation(code, layout, params, self._phase_plans(scop, ast, values, sizes, plans), Workspaces(nbytes))
+        workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
+        phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
+        return Specialisation(code, layout, params, phase_plans, workspaces, contracted)
+
+    def _dtype(self, tensor: str) -> str:
+        return self.program.tensor(tensor).dtype.numpy_name
 
     def _contraction_schedule(self, scop: Scop, plans) -> Schedule:
         key = tuple(sorted((name, p.m, p.n, p.k) for name, p in plans.items()))
@@ -289,7 +311,12 @@ class Kernel:
             if plans:
                 ast = build_ast(self._contraction_schedule(scop, plans), sizes)
         if stage == "loops":
-            return loops_text(scop, ast, plans)
+            text = loops_text(scop, ast, plans)
+            if sizes is not None and self.options.optimize and self.options.specialize:
+                gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
+                report = storage_report(plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes))
+                text = f"{report}\n{text}" if report else text
+            return text
         values = self._param_values(sizes) if sizes is not None else None
         module, _ = lower_to_llvm(scop, ast, values, self.options.fast_math, plans)
         if stage == "llvm":

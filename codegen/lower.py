@@ -25,6 +25,7 @@ from . import values as V
 from .astgen import Leaf, LoopAst, Phase
 from .builtins import emit_builtin
 from .gemm import declare_gemm
+from .storage import ContractedTemporary
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
@@ -65,9 +66,11 @@ class Lowering:
         param_values: Mapping[str, int] | None,
         fast_math: bool,
         plans: Mapping[str, ContractionPlan] | None = None,
+        contracted: Mapping[str, ContractedTemporary] | None = None,
     ):
         self.scop = scop
         self.plans = dict(plans or {})
+        self.contracted = dict(contracted or {})
         self.program = scop.program
         self.ast = ast
         self.layout = layout
@@ -359,11 +362,13 @@ class Lowering:
         if check is not None:
             for d in self.scop.checks[check].dynamic_dims:
                 self.require_in_range(idx[d], self.extent(tensor, d), check, d)
+        contracted = self.contracted.get(tensor)
+        if contracted is not None:  # the slice along this dimension is the only one stored
+            idx[contracted.dim] = ll.Constant(V.I64, 0)
         offset = ll.Constant(V.I64, 0)
         for d, i in enumerate(idx):
-            offset = (
-                i if d == 0 else b.add(b.mul(offset, self.extent(tensor, d), flags=["nsw"]), i, flags=["nsw"])
-            )
+            extent = ll.Constant(V.I64, 1) if contracted is not None and d == contracted.dim else self.extent(tensor, d)
+            offset = i if d == 0 else b.add(b.mul(offset, extent, flags=["nsw"]), i, flags=["nsw"])
         return b.gep(self.pointers[tensor], [offset], inbounds=True)
 
     def fail(self, code: int, detail: tuple[ll.Value, ...]) -> None:
@@ -495,9 +500,10 @@ def lower_to_llvm(
     param_values: Mapping[str, int] | None,
     fast_math: bool = False,
     plans: Mapping[str, ContractionPlan] | None = None,
+    contracted: Mapping[str, ContractedTemporary] | None = None,
 ) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
-    return Lowering(scop, ast, layout, param_values, fast_math, plans).run(), layout
+    return Lowering(scop, ast, layout, param_values, fast_math, plans, contracted).run(), layout
 
 
 def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:

@@ -88,9 +88,13 @@ class Workspaces:
 
 
 def run_phases(
-    entry, buffers, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
+    entry, buffers_for, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
 ) -> tuple[int, np.ndarray]:
-    """Run every phase in order; return (error code, error details) of the first failure."""
+    """Run every phase in order; return (error code, error details) of the first failure.
+
+    `buffers_for(workspace)` gives the address of the tensor pointer array a thread with that
+    workspace uses (contracted temporaries point into the thread's own workspace).
+    """
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
     for plan in plans:
@@ -98,14 +102,15 @@ def run_phases(
         if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
             pieces = chunks(plan.loop_range, threads)
         if len(pieces) <= 1:
-            code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, workspaces.pointers(1)[0])
+            ws = workspaces.pointers(1)[0]
+            code = entry(buffers_for(ws), params, error_ptr, plan.index, INT64_MIN, INT64_MAX, ws)
             if code:
                 return code, error
             continue
         errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
         pool = _executor(threads)
         futures = [
-            pool.submit(entry, buffers, params, err.ctypes.data, plan.index, lo, hi, ws)
+            pool.submit(entry, buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws)
             for err, (lo, hi), ws in zip(errors, pieces, workspaces.pointers(len(pieces)))
         ]
         codes = [f.result() for f in futures]

@@ -1,0 +1,149 @@
+"""codegen: LoopAst + Scop → storage plan (temporaries contracted to one outer-loop iteration's slice).
+
+After fusion a temporary is often produced and consumed inside one iteration of a phase's outer
+loop: softmax's `e(n, d)` lives for one row `n`. If every access to it indexes one of its
+dimensions by exactly that loop's iterator, different iterations touch disjoint slices and a slice
+is dead once its iteration ends, so the temporary needs only one slice of storage (a row buffer
+instead of a matrix). The slice lives in the per-thread workspace, so threads that split the
+outer loop each get their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import Scop
+from polyhedral.contraction import ContractionPlan
+from tensorlang import ir
+
+from .astgen import Leaf, LoopAst, Phase
+
+_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class ContractedTemporary:
+    """Temporary `tensor` stored as one slice along `dim`, at `offset` bytes into the workspace."""
+
+    tensor: str
+    dim: int
+    phase: int
+    offset: int
+    slice_bytes: int
+    full_bytes: int
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.full_bytes - self.slice_bytes
+
+
+def _outer_iterator(phase: Phase) -> str | None:
+    node = phase.node
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    if node.get_type() != isl.ast_node_type.for_ or node.for_is_degenerate():
+        return None
+    return node.for_get_iterator().get_id().get_name()
+
+
+def _leaves_by_statement(ast: LoopAst) -> dict[str, list[Leaf]]:
+    out: dict[str, list[Leaf]] = {}
+    for leaf in ast.leaves.values():
+        out.setdefault(leaf.statement, []).append(leaf)
+    return out
+
+
+def _subscripts(scop: Scop, name: str, tensor: str) -> list[tuple[ir.Expr, ...]]:
+    stmt = scop.statement(name)
+    st = stmt.statement
+    found = []
+    if st.tensor == tensor:
+        found.append(tuple(ir.IndexRef(name=v) for v in st.indices))
+    if stmt.kind == "body":
+        found += [e.indices for e in ir.walk(st.rhs) if isinstance(e, ir.Read) and e.tensor == tensor]
+    return found
+
+
+def _contractible_dim(scop: Scop, ast: LoopAst, tensor: str, users: list[str], iterator: str) -> int | None:
+    """The dimension of `tensor` indexed by the phase iterator in every access, if any."""
+    leaves = _leaves_by_statement(ast)
+    candidates: set[int] | None = None
+    for name in users:
+        per_leaf = [
+            {
+                var
+                for var, expr in leaf.index_exprs
+                if expr.get_type() == isl.ast_expr_type.id and expr.get_id().get_name() == iterator
+            }
+            for leaf in leaves.get(name, [])
+        ]
+        if not per_leaf or any(vs != per_leaf[0] for vs in per_leaf):
+            return None  # every instance must run with the same variable as the outer iterator
+        by_iterator = per_leaf[0]
+        dims: set[int] | None = None
+        for subscripts in _subscripts(scop, name, tensor):
+            here = {d for d, s in enumerate(subscripts) if isinstance(s, ir.IndexRef) and s.name in by_iterator}
+            dims = here if dims is None else dims & here
+        if dims is None or len(by_iterator) != 1:
+            return None
+        candidates = dims if candidates is None else candidates & dims
+    return min(candidates) if candidates else None
+
+
+def plan_storage(
+    scop: Scop, ast: LoopAst, sizes: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]],
+    plans: Mapping[str, ContractionPlan], first_offset: int,
+) -> dict[str, ContractedTemporary]:  # fmt: skip
+    """Which temporaries to contract for this specialisation, and where their slices live."""
+    program = scop.program
+    users: dict[str, set[str]] = {}
+    for s in scop.statements:
+        for a in s.accesses:
+            users.setdefault(a.tensor, set()).add(s.name)
+    phases_of: dict[str, set[int]] = {}
+    for n, phase in enumerate(ast.phases):
+        for name in phase.statements:
+            phases_of.setdefault(name, set()).add(n)
+    out: dict[str, ContractedTemporary] = {}
+    offset = -(-first_offset // _ALIGN) * _ALIGN
+    for tensor in program.temporaries:
+        names = sorted(users.get(tensor.name, ()))
+        statements = [scop.statement(n) for n in names]
+        if not names or any(s.statement.uninitialized or s.name in plans for s in statements):
+            continue  # zero-filled accumulators and GEMM operands keep their full storage
+        phases = set().union(*(phases_of.get(n, {None}) for n in names))
+        if len(phases) != 1 or None in phases:
+            continue
+        phase = phases.pop()
+        iterator = _outer_iterator(ast.phases[phase])
+        if iterator is None:
+            continue
+        dim = _contractible_dim(scop, ast, tensor.name, names, iterator)
+        if dim is None:
+            continue
+        shape = shapes[tensor.name]
+        itemsize = 1 if tensor.dtype.is_bool else tensor.dtype.bits // 8
+        full = math.prod(shape) * itemsize
+        slice_bytes = math.prod(e for d, e in enumerate(shape) if d != dim) * itemsize
+        out[tensor.name] = ContractedTemporary(tensor.name, dim, phase, offset, slice_bytes, full)
+        offset += -(-slice_bytes // _ALIGN) * _ALIGN
+    return out
+
+
+def workspace_end(contracted: Mapping[str, ContractedTemporary], gemm_bytes: int) -> int:
+    """Bytes of workspace one thread needs: GEMM panels first, then the contracted slices."""
+    return max([gemm_bytes] + [c.offset + c.slice_bytes for c in contracted.values()])
+
+
+def storage_report(contracted: Mapping[str, ContractedTemporary]) -> str:
+    lines = []
+    for c in contracted.values():
+        lines.append(
+            f"// {c.tensor}: contracted along dimension {c.dim} to one slice of {c.slice_bytes} bytes "
+            f"per outer iteration of phase {c.phase} (saves {c.saved_bytes / 2**20:.2f} MiB)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Graph-level fusion: regions, array contraction of temporaries, and equal results for every strategy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import codegen.parallel
+import tensorlang as tl
+
+SOFTMAX = """def softmax(float(N, D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}"""
+
+LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    c(n, d) = X(n, d) - mean(n)
+    var(n) +=! c(n, d) * c(n, d) / D
+    Y(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
+}"""
+
+MLP3 = """def mlp3(float(B, I) X, float(I, H) W1, float(H) b1, float(H, H) W2, float(H) b2, float(H, O) W3) -> (Y) {
+    h1(b, j) +=! X(b, i) * W1(i, j)
+    a1(b, j) = fmax(h1(b, j) + b1(j), 0)
+    h2(b, k) +=! a1(b, j) * W2(j, k)
+    a2(b, k) = fmax(h2(b, k) + b2(k), 0)
+    Y(b, o) +=! a2(b, k) * W3(k, o)
+}"""
+
+
+def test_softmax_fuses_into_one_region_and_contracts_its_temporaries():
+    k = tl.compile(SOFTMAX)
+    assert "region 0: S0 S1 S2 S3" in k.inspect("graph")
+    loops = k.inspect("loops", sizes={"N": 64, "D": 33})
+    assert "// e: contracted along dimension 0" in loops
+    assert "// region 0" in loops
+
+
+def test_none_keeps_statements_apart():
+    k = tl.compile(SOFTMAX, options=tl.Options(fusion="none"))
+    graph = k.inspect("graph")
+    assert "region 3: S3" in graph
+    assert "contracted" not in k.inspect("loops", sizes={"N": 8, "D": 8})
+
+
+def test_contractions_stay_in_their_own_regions():
+    graph = tl.compile(MLP3).inspect("graph")
+    assert "S0 [contraction]" in graph and "S2 [contraction]" in graph
+    assert "region 0: S0\n" in graph + "\n"
+
+
+@pytest.mark.parametrize("src", [SOFTMAX, LAYERNORM, MLP3], ids=["softmax", "layernorm", "mlp3"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_strategy_gives_the_same_results(src, threads, monkeypatch):
+    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    ref = tl.compile(src, options=tl.Options(optimize=False))
+    rng = np.random.default_rng(5)
+    shapes = {"softmax": [(37, 29)], "layernorm": [(41, 23)]}.get(ref.name, [(13, 7), (7, 11), (11,), (11, 11), (11,), (11, 5)])
+    inputs = [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
+    want = ref(*inputs)
+    for fusion in ("auto", "max", "none"):
+        got = tl.compile(src, options=tl.Options(fusion=fusion, threads=threads))(*inputs)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=fusion)
