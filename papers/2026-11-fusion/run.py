@@ -1,0 +1,250 @@
+"""Graph-level fusion benchmark: fusion="auto" | "max" | "none" against NumPy (and PyTorch when present).
+
+Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--repeats N]
+Single thread for every implementation (tensorlang Options(threads=1), OPENBLAS_NUM_THREADS=1,
+torch.set_num_threads(1)); medians of repeats measured interleaved in one process; peak memory
+of one call measured with tracemalloc (NumPy and tensorlang allocate through it).
+"""
+
+from __future__ import annotations
+
+import os
+
+# Before NumPy is imported: no OpenBLAS presets that slow NumPy down, and one thread everywhere.
+REMOVED = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import tracemalloc  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+import tensorlang as tl  # noqa: E402
+
+F32 = np.float32
+STRATEGIES = ("auto", "max", "none")
+
+SOFTMAX = """def softmax(float(N, D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}"""
+LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    c(n, d) = X(n, d) - mean(n)
+    var(n) +=! c(n, d) * c(n, d) / D
+    Y(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
+}"""
+MLP3 = """def mlp3(float(B, I) X, float(I, H) W1, float(H) b1, float(H, H) W2, float(H) b2, float(H, H) W3, float(H) b3) -> (Y) {
+    h1(b, j) +=! X(b, i) * W1(i, j)
+    a1(b, j) = fmax(h1(b, j) + b1(j), 0)
+    h2(b, k) +=! a1(b, j) * W2(j, k)
+    a2(b, k) = fmax(h2(b, k) + b2(k), 0)
+    h3(b, o) +=! a2(b, k) * W3(k, o)
+    Y(b, o) = fmax(h3(b, o) + b3(o), 0)
+}"""
+CONV_BIAS_RELU = """def conv_bias_relu(float(N, C, H, W) I, float(F, C, KH, KW) Wt, float(F) Bias) -> (O) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h, w) + Bias(f), 0)
+}"""
+CHAIN = """def chain(float(N) a, float(N) b, float(N) c) -> (o) {
+    t1(i) = a(i) * b(i) + c(i)
+    t2(i) = tanh(t1(i))
+    t3(i) = t2(i) * 0.5 + a(i)
+    o(i) = t3(i) * t3(i) - b(i)
+}"""
+GROUPNORM = """def group_normalization(float(N, G, D, H, W) I, float(G, D) gamma, float(G, D) beta) -> (O, sum, sumSquares) {
+    sum(n, g) +=! I(n, g, r_d, r_h, r_w)
+    sumSquares(n, g) +=! I(n, g, r_d, r_h, r_w) * I(n, g, r_d, r_h, r_w)
+    O(n, g, d, h, w) = gamma(g, d) * (I(n, g, d, h, w) - sum(n, g) / (D * H * W))
+        * rsqrt(sumSquares(n, g) / (D * H * W) - sum(n, g) * sum(n, g) / (D * H * W) / (D * H * W) + 1e-5)
+        + beta(g, d)
+}"""
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def np_layernorm(x):
+    m = x.mean(axis=1, keepdims=True)
+    c = x - m
+    return c / np.sqrt((c * c).mean(axis=1, keepdims=True) + F32(1e-5))
+
+
+def np_mlp3(x, w1, b1, w2, b2, w3, b3):
+    a = np.maximum(x @ w1 + b1, 0)
+    a = np.maximum(a @ w2 + b2, 0)
+    return np.maximum(a @ w3 + b3, 0)
+
+
+def np_conv_bias_relu(x, w, bias):
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
+    n, c, ho, wo = win.shape[:4]
+    cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * ho * wo, c * kh * kw)
+    out = (cols @ w.reshape(w.shape[0], -1).T).reshape(n, ho, wo, -1).transpose(0, 3, 1, 2)
+    return np.maximum(out + bias[None, :, None, None], 0)
+
+
+def np_chain(a, b, c):
+    t3 = np.tanh(a * b + c) * F32(0.5) + a
+    return t3 * t3 - b
+
+
+def np_groupnorm(x, gamma, beta):
+    dhw = F32(x.shape[2] * x.shape[3] * x.shape[4])
+    s = x.sum(axis=(2, 3, 4))
+    sq = (x * x).sum(axis=(2, 3, 4))
+    inv = 1 / np.sqrt(sq / dhw - s * s / dhw / dhw + F32(1e-5))
+    out = gamma[None, :, :, None, None] * (x - (s / dhw)[:, :, None, None, None]) * inv[:, :, None, None, None]
+    return out + beta[None, :, :, None, None], s, sq
+
+
+def kernels(quick: bool):
+    """(name, source, numpy function, input shapes)"""
+    if quick:
+        return [
+            ("softmax", SOFTMAX, np_softmax, [(37, 65)]),
+            ("layernorm", LAYERNORM, np_layernorm, [(29, 70)]),
+            ("mlp3", MLP3, np_mlp3, [(9, 17), (17, 33), (33,), (33, 33), (33,), (33, 33), (33,)]),
+            ("conv_bias_relu", CONV_BIAS_RELU, np_conv_bias_relu, [(1, 5, 11, 13), (7, 5, 3, 3), (7,)]),
+            ("chain", CHAIN, np_chain, [(4099,)] * 3),
+            ("groupnorm", GROUPNORM, np_groupnorm, [(2, 3, 4, 5, 6), (3, 4), (3, 4)]),
+        ]
+    return [
+        ("softmax", SOFTMAX, np_softmax, [(4096, 1024)]),
+        ("layernorm", LAYERNORM, np_layernorm, [(4096, 1024)]),
+        ("mlp3", MLP3, np_mlp3, [(512, 512), (512, 512), (512,), (512, 512), (512,), (512, 512), (512,)]),
+        ("conv_bias_relu", CONV_BIAS_RELU, np_conv_bias_relu, [(1, 64, 56, 56), (64, 64, 3, 3), (64,)]),
+        ("chain", CHAIN, np_chain, [(4 * 1024 * 1024,)] * 3),
+        ("groupnorm", GROUPNORM, np_groupnorm, [(32, 32, 4, 56, 56), (32, 4), (32, 4)]),
+    ]
+
+
+def torch_peer(name):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    f = torch.nn.functional
+    impl = {
+        "softmax": lambda x: torch.softmax(x, dim=1),
+        "layernorm": lambda x: f.layer_norm(x, x.shape[1:], eps=1e-5),
+        "chain": lambda a, b, c: (lambda t3: t3 * t3 - b)(torch.tanh(a * b + c) * 0.5 + a),
+        "mlp3": lambda x, w1, b1, w2, b2, w3, b3: torch.relu(torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3),
+        "conv_bias_relu": lambda x, w, bias: torch.relu(f.conv2d(x, w, bias)),
+    }.get(name)
+    if impl is None:
+        return None
+    return lambda *arrays: impl(*[torch.from_numpy(a) for a in arrays])
+
+
+def peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def run(quick: bool, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, src, np_fn, shapes in kernels(quick):
+        inputs = [rng.uniform(-1, 1, size=s).astype(F32) for s in shapes]
+        expected = np_fn(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        impls = {"numpy": lambda f=np_fn: f(*inputs)}
+        decisions = {}
+        checks = {}
+        for strategy in STRATEGIES:
+            kernel = tl.compile(src, options=tl.Options(fusion=strategy, threads=1))
+            got = kernel(*inputs)
+            got = got if isinstance(got, tuple) else (got,)
+            checks[strategy] = all(
+                np.allclose(g, e, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(e).max()))) for g, e in zip(got, expected)
+            )
+            sizes = kernel.program.sizes
+            bound = dict(zip([s.name for s in sizes], [inputs[[t.name for t in kernel.program.inputs].index(s.tensor)].shape[s.dim] for s in sizes]))
+            decisions[strategy] = {
+                "regions": [r.split(": ")[1] for r in kernel.inspect("graph").splitlines() if r.startswith("region")],
+                "contracted": [line.split(":")[0].lstrip("/ ") for line in kernel.inspect("loops", sizes=bound).splitlines() if "contracted" in line],
+            }
+            impls[f"tl-{strategy}"] = lambda k=kernel: k(*inputs)
+        peer = torch_peer(name)
+        if peer is not None:
+            impls["torch"] = lambda p=peer: p(*inputs)
+        samples = {k: [] for k in impls}
+        for _ in range(repeats):  # interleaved: every implementation once per round
+            for key, fn in impls.items():
+                t0 = time.perf_counter()
+                fn()
+                samples[key].append(time.perf_counter() - t0)
+        medians = {k: statistics.median(v) for k, v in samples.items()}
+        rows.append(
+            {
+                "kernel": name,
+                "shapes": shapes,
+                "median_s": medians,
+                "ratio_to_numpy": {k: medians["numpy"] / v for k, v in medians.items()},
+                "peak_bytes": {k: peak_bytes(fn) for k, fn in impls.items()},
+                "correct": checks,
+                "decisions": decisions,
+            }
+        )
+        print(f"{name:16s} " + " ".join(f"{k}={medians['numpy'] / v:.2f}x" for k, v in medians.items()), flush=True)
+    return {"mode": "quick" if quick else "full", "repeats": repeats, "removed_env": sorted(REMOVED), "kernels": rows}
+
+
+def markdown(results: dict) -> str:
+    keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch"]
+    lines = [
+        "| kernel | " + " | ".join(keys) + " | auto vs none | peak MiB (numpy / auto / none) | regions (auto) | contracted (auto) |",
+        "|---|" + "---:|" * len(keys) + "---:|---|---|---|",
+    ]
+    for row in results["kernels"]:
+        med = row["median_s"]
+        cells = [f"{med[k] * 1e3:.2f} ms ({row['ratio_to_numpy'][k]:.2f}×)" if k in med else "–" for k in keys]
+        auto_vs_none = med["tl-none"] / med["tl-auto"]
+        peak = row["peak_bytes"]
+        mib = " / ".join(f"{peak[k] / 2**20:.1f}" for k in ("numpy", "tl-auto", "tl-none"))
+        dec = row["decisions"]["auto"]
+        lines.append(
+            f"| {row['kernel']} | " + " | ".join(cells) + f" | {auto_vs_none:.2f}× | {mib} | "
+            f"{' · '.join(dec['regions'])} | {', '.join(dec['contracted']) or '–'} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (CI)")
+    ap.add_argument("--out", type=Path, help="output folder (default results/ here; a temp folder with --quick)")
+    ap.add_argument("--repeats", type=int)
+    args = ap.parse_args(argv)
+    repeats = args.repeats or (3 if args.quick else 11)
+    out = args.out or (Path(tempfile.mkdtemp(prefix="tl-fusion-")) if args.quick else HERE / "results")
+    out.mkdir(parents=True, exist_ok=True)
+    results = run(args.quick, repeats)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(markdown(results) + "\n")
+    print(markdown(results))
+    print(f"wrote {out}/results.json, results.md")
+    return 0 if all(all(r["correct"].values()) for r in results["kernels"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
