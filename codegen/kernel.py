@@ -26,7 +26,7 @@ from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
 from .parallel import PhasePlan, Workspaces, default_threads, run_phases
-from .storage import ContractedTemporary, plan_storage, storage_report, workspace_end
+from .storage import ContractedTemporary, plan_layouts, plan_storage, storage_report, workspace_end
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
 
@@ -41,6 +41,7 @@ class Specialisation:
     plans: tuple[PhasePlan, ...]
     workspaces: Workspaces
     contracted: Mapping[str, ContractedTemporary]  # temporaries stored as one slice per thread
+    layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
 
 
 class Kernel:
@@ -88,6 +89,8 @@ class Kernel:
         args_.check_no_aliasing(program, {t.name: a for t, a in zip(program.inputs, arrays)}, requested)
         spec = self._specialisation(sizes)
         storage: dict[str, np.ndarray] = {t.name: a for t, a in zip(program.inputs, arrays)}
+        for name, order in spec.layouts.items():  # GEMM operands with no unit stride: relayout once
+            storage[name] = np.ascontiguousarray(storage[name].transpose(order))
         for t in program.outputs + program.temporaries:
             if t.name in buffers:
                 storage[t.name] = buffers[t.name].work
@@ -213,11 +216,19 @@ class Kernel:
                     schedule = self._contraction_schedule(scop, plans)
             ast = build_ast(schedule, sizes if self.options.specialize else None)
             gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
-            contracted = {}
+            contracted, layouts = {}, {}
             if self.options.optimize and self.options.specialize:
-                contracted = plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes)
+                shapes = {**self._shapes(sizes), **self._input_shapes(sizes)}
+                contracted = plan_storage(scop, ast, sizes, shapes, plans, gemm_bytes)
+                layouts = plan_layouts(self.program, plans, shapes)
             module, layout = lower_to_llvm(
-                scop, ast, values if self.options.specialize else None, self.options.fast_math, plans, contracted
+                scop,
+                ast,
+                values if self.options.specialize else None,
+                self.options.fast_math,
+                plans,
+                contracted,
+                layouts,
             )
             for plan in plans.values():  # GEMM bodies are compiled once per process and linked
                 shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
@@ -228,7 +239,10 @@ class Kernel:
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
         workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
         phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
-        return Specialisation(code, layout, params, phase_plans, workspaces, contracted)
+        return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts)
+
+    def _input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        return {t.name: tuple(fn(sizes) for fn in self._shape_fns[t.name]) for t in self.program.inputs}
 
     def _dtype(self, tensor: str) -> str:
         return self.program.tensor(tensor).dtype.numpy_name

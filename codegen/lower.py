@@ -67,10 +67,12 @@ class Lowering:
         fast_math: bool,
         plans: Mapping[str, ContractionPlan] | None = None,
         contracted: Mapping[str, ContractedTemporary] | None = None,
+        layouts: Mapping[str, tuple[int, ...]] | None = None,
     ):
         self.scop = scop
         self.plans = dict(plans or {})
         self.contracted = dict(contracted or {})
+        self.layouts = dict(layouts or {})  # tensor → storage order of its dimensions
         self.program = scop.program
         self.ast = ast
         self.layout = layout
@@ -300,11 +302,7 @@ class Lowering:
 
         def operand(op) -> tuple[ll.Value, dict[str, ll.Value]]:
             """Base pointer at the current point, and the element stride of each variable."""
-            rank = len(op.forms)
-            dims = [self.extent(op.tensor, d) for d in range(rank)]
-            strides = [ll.Constant(V.I64, 1)] * rank
-            for d in range(rank - 2, -1, -1):
-                strides[d] = b.mul(strides[d + 1], dims[d + 1], flags=["nsw"])
+            strides = self.element_strides(op.tensor)
             offset = ll.Constant(V.I64, 0)
             var_stride: dict[str, ll.Value] = {v: ll.Constant(V.I64, 0) for v in (plan.m, plan.n, plan.k)}
             for d, form in enumerate(op.forms):
@@ -362,14 +360,26 @@ class Lowering:
         if check is not None:
             for d in self.scop.checks[check].dynamic_dims:
                 self.require_in_range(idx[d], self.extent(tensor, d), check, d)
-        contracted = self.contracted.get(tensor)
-        if contracted is not None:  # the slice along this dimension is the only one stored
-            idx[contracted.dim] = ll.Constant(V.I64, 0)
         offset = ll.Constant(V.I64, 0)
-        for d, i in enumerate(idx):
-            extent = ll.Constant(V.I64, 1) if contracted is not None and d == contracted.dim else self.extent(tensor, d)
-            offset = i if d == 0 else b.add(b.mul(offset, extent, flags=["nsw"]), i, flags=["nsw"])
+        for i, stride in zip(idx, self.element_strides(tensor)):
+            offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
         return b.gep(self.pointers[tensor], [offset], inbounds=True)
+
+    def element_strides(self, tensor: str) -> list[ll.Value]:
+        """The stride in elements of each (logical) dimension of `tensor`'s storage: row-major,
+        in the storage order of a relayout if it has one, 0 along a contracted dimension."""
+        b = self.b
+        rank = self.program.tensor(tensor).rank
+        order = self.layouts.get(tensor, tuple(range(rank)))  # storage position → logical dim
+        contracted = self.contracted.get(tensor)
+        strides: list[ll.Value] = [ll.Constant(V.I64, 0)] * rank
+        running: ll.Value = ll.Constant(V.I64, 1)
+        for d in reversed(order):
+            if contracted is not None and d == contracted.dim:
+                continue  # one slice stored: the index along this dimension does not move
+            strides[d] = running
+            running = b.mul(running, self.extent(tensor, d), flags=["nsw"])
+        return strides
 
     def fail(self, code: int, detail: tuple[ll.Value, ...]) -> None:
         """At the current position: record the error and return `code`."""
@@ -501,9 +511,10 @@ def lower_to_llvm(
     fast_math: bool = False,
     plans: Mapping[str, ContractionPlan] | None = None,
     contracted: Mapping[str, ContractedTemporary] | None = None,
+    layouts: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
-    return Lowering(scop, ast, layout, param_values, fast_math, plans, contracted).run(), layout
+    return Lowering(scop, ast, layout, param_values, fast_math, plans, contracted, layouts).run(), layout
 
 
 def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:

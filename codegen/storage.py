@@ -147,3 +147,31 @@ def storage_report(contracted: Mapping[str, ContractedTemporary]) -> str:
             f"per outer iteration of phase {c.phase} (saves {c.saved_bytes / 2**20:.2f} MiB)"
         )
     return "\n".join(lines)
+
+
+def plan_layouts(
+    program: ir.Program, plans: Mapping[str, ContractionPlan], shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, tuple[int, ...]]:
+    """Inputs to relayout before the call: GEMM operands walked with no unit stride.
+
+    The GEMM packs its operands fast when one of their two GEMM strides is 1 (row- or
+    column-major); a convolution's weights `Wt(f, c, kh, kw)` are strided along both `c` and `f`.
+    Such an input is copied once per call with its GEMM dimensions innermost (storage order
+    returned as the tuple of logical dimensions), which costs little next to the GEMM work.
+    """
+    layouts: dict[str, tuple[int, ...]] = {}
+    for plan in plans.values():
+        for operand, roles in ((plan.a, (plan.m, plan.k)), (plan.b, (plan.k, plan.n))):
+            tensor = program.tensor(operand.tensor)
+            if tensor.role != "input" or tensor.name in layouts:
+                continue
+            dims = [[d for d, f in enumerate(operand.forms) if f.coeff(v)] for v in roles]
+            if any(len(found) != 1 for found in dims) or dims[0][0] == dims[1][0]:
+                continue
+            outer, inner = dims[0][0], dims[1][0]
+            shape = shapes[tensor.name]
+            if math.prod(shape[inner + 1 :]) == 1 or math.prod(shape[outer + 1 :]) == 1:
+                continue  # already row- or column-major for the GEMM
+            rest = [d for d in range(tensor.rank) if d not in (outer, inner)]
+            layouts[tensor.name] = (*rest, outer, inner)
+    return layouts

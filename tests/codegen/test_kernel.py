@@ -248,3 +248,17 @@ def test_conv2d_gemm_plan_uses_largest_dims():
     )
     text = conv.inspect("loops", sizes={"N": 1, "C": 32, "H": 20, "W": 30, "F": 16, "KH": 3, "KW": 3})
     assert "W + 1, f in 0:F, c in 0:C)" in text and "gemm(w in 0:" in text
+
+
+def test_strided_gemm_operand_is_relaid_out_and_correct():
+    """Conv weights Wt(f, c, kh, kw) have no unit stride along the GEMM's c and f: passed relaid out."""
+    src = (
+        "def conv(float(N, C, H, W) I, float(F, C, KH, KW) W1) -> (O) {"
+        " O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }"
+    )
+    conv = tl.compile(src)
+    x, w = f32(2, 32, 12, 30), f32(16, 32, 3, 2)
+    got = conv(x, w)
+    assert conv._cache and next(iter(conv._cache.values())).layouts == {"W1": (2, 3, 1, 0)}
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 2), axis=(2, 3))
+    np.testing.assert_allclose(got, np.einsum("nchwij,fcij->nfhw", win, w), rtol=1e-4, atol=1e-4)
