@@ -26,7 +26,14 @@ from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
 from .parallel import PhasePlan, Workspaces, default_threads, run_phases
-from .storage import ContractedTemporary, plan_layouts, plan_storage, storage_report, workspace_end
+from .storage import (
+    ContractedTemporary,
+    plan_buffer_sharing,
+    plan_layouts,
+    plan_storage,
+    storage_report,
+    workspace_end,
+)
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
 
@@ -42,6 +49,7 @@ class Specialisation:
     workspaces: Workspaces
     contracted: Mapping[str, ContractedTemporary]  # temporaries stored as one slice per thread
     layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
+    sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
 
 
 class Kernel:
@@ -91,6 +99,7 @@ class Kernel:
         storage: dict[str, np.ndarray] = {t.name: a for t, a in zip(program.inputs, arrays)}
         for name, order in spec.layouts.items():  # GEMM operands with no unit stride: relayout once
             storage[name] = np.ascontiguousarray(storage[name].transpose(order))
+        shared_views = self._shared_views(spec, shapes)
         for t in program.outputs + program.temporaries:
             if t.name in buffers:
                 storage[t.name] = buffers[t.name].work
@@ -105,6 +114,9 @@ class Kernel:
             if t.name in spec.contracted:  # lives in the per-thread workspace instead
                 storage[t.name] = np.empty(1, dtype=t.dtype.numpy_name)
                 continue
+            if t.name in spec.sharing:  # one allocation for temporaries that are never live together
+                storage[t.name] = shared_views[t.name]
+                continue
             alloc = np.zeros if self._starts_uninitialised(t.name) else np.empty
             storage[t.name] = alloc(shapes[t.name], dtype=t.dtype.numpy_name)
         self._run(spec, storage, buffers)
@@ -118,6 +130,21 @@ class Kernel:
             for t in program.outputs
         )
         return results[0] if len(results) == 1 else results
+
+    def _shared_views(self, spec: Specialisation, shapes) -> dict[str, np.ndarray]:
+        sizes_of = {}
+        for name, slot in spec.sharing.items():
+            t = self.program.tensor(name)
+            nbytes = int(np.prod(shapes[name], dtype=np.int64)) * np.dtype(t.dtype.numpy_name).itemsize
+            sizes_of[slot] = max(sizes_of.get(slot, 0), nbytes)
+        slots = {slot: np.empty(max(1, n), dtype=np.uint8) for slot, n in sizes_of.items()}
+        views = {}
+        for name, slot in spec.sharing.items():
+            t = self.program.tensor(name)
+            dtype = np.dtype(t.dtype.numpy_name)
+            count = int(np.prod(shapes[name], dtype=np.int64))
+            views[name] = slots[slot][: count * dtype.itemsize].view(dtype).reshape(shapes[name])
+        return views
 
     def _starts_uninitialised(self, tensor: str) -> bool:
         for st in self.program.statements:
@@ -216,11 +243,12 @@ class Kernel:
                     schedule = self._contraction_schedule(scop, plans)
             ast = build_ast(schedule, sizes if self.options.specialize else None)
             gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
-            contracted, layouts = {}, {}
+            contracted, layouts, sharing = {}, {}, {}
             if self.options.optimize and self.options.specialize:
                 shapes = {**self._shapes(sizes), **self._input_shapes(sizes)}
                 contracted = plan_storage(scop, ast, sizes, shapes, plans, gemm_bytes)
                 layouts = plan_layouts(self.program, plans, shapes)
+                sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
             module, layout = lower_to_llvm(
                 scop,
                 ast,
@@ -234,12 +262,14 @@ class Kernel:
                 shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
             code = jit(module, vectorize=self.options.vectorize)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
-            raise TensorLangError(f"{self.name}: internal compiler error while generating code: {exc}") from exc
+            raise TensorLangError(
+                f"{self.name}: internal compiler error while generating code: {exc}"
+            ) from exc
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
         workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
         phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
-        return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts)
+        return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts, sharing)
 
     def _input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         return {t.name: tuple(fn(sizes) for fn in self._shape_fns[t.name]) for t in self.program.inputs}
@@ -327,8 +357,12 @@ class Kernel:
         if stage == "loops":
             text = loops_text(scop, ast, plans)
             if sizes is not None and self.options.optimize and self.options.specialize:
-                gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
-                report = storage_report(plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes))
+                gemm_bytes = max(
+                    (workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0
+                )
+                report = storage_report(
+                    plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes)
+                )
                 text = f"{report}\n{text}" if report else text
             return text
         values = self._param_values(sizes) if sizes is not None else None

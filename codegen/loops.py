@@ -38,7 +38,9 @@ def _expr(e: ir.Expr, names: dict[str, str]) -> str:
     return str(e)
 
 
-def statement_text(scop: Scop, name: str, index_names: dict[str, str], plans: Mapping[str, ContractionPlan]) -> str:
+def statement_text(
+    scop: Scop, name: str, index_names: dict[str, str], plans: Mapping[str, ContractionPlan]
+) -> str:
     """One statement instance as C, with index variables replaced by loop expressions."""
     stmt = scop.statement(name)
     st = stmt.statement

@@ -104,7 +104,9 @@ class Lowering:
         layout = self.layout
         tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in layout.tensors]
         param_types = [] if self.param_values is not None else [V.I64] * len(layout.params)
-        ty = ll.FunctionType(V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64, V.I8.as_pointer()])
+        ty = ll.FunctionType(
+            V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64, V.I8.as_pointer()]
+        )
         fn = ll.Function(self.module, ty, f"tl_phase{n}")
         fn.attributes.add("noinline")
         fn.attributes.add("nounwind")
@@ -311,7 +313,9 @@ class Lowering:
                     value = values[name] if name in values else self.params[isl_param_name(name)]
                     sub = b.add(sub, b.mul(value, ll.Constant(V.I64, coeff), flags=["nsw"]), flags=["nsw"])
                     if name in var_stride:
-                        var_stride[name] = b.add(var_stride[name], b.mul(strides[d], ll.Constant(V.I64, coeff)))
+                        var_stride[name] = b.add(
+                            var_stride[name], b.mul(strides[d], ll.Constant(V.I64, coeff))
+                        )
                 offset = b.add(offset, b.mul(sub, strides[d], flags=["nsw"]), flags=["nsw"])
             return b.gep(self.pointers[op.tensor], [offset]), var_stride
 

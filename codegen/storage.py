@@ -86,7 +86,9 @@ def _contractible_dim(scop: Scop, ast: LoopAst, tensor: str, users: list[str], i
         by_iterator = per_leaf[0]
         dims: set[int] | None = None
         for subscripts in _subscripts(scop, name, tensor):
-            here = {d for d, s in enumerate(subscripts) if isinstance(s, ir.IndexRef) and s.name in by_iterator}
+            here = {
+                d for d, s in enumerate(subscripts) if isinstance(s, ir.IndexRef) and s.name in by_iterator
+            }
             dims = here if dims is None else dims & here
         if dims is None or len(by_iterator) != 1:
             return None
@@ -175,3 +177,38 @@ def plan_layouts(
             rest = [d for d in range(tensor.rank) if d not in (outer, inner)]
             layouts[tensor.name] = (*rest, outer, inner)
     return layouts
+
+
+def plan_buffer_sharing(
+    scop: Scop,
+    ast: LoopAst,
+    shapes: Mapping[str, tuple[int, ...]],
+    skip: set[str],
+) -> dict[str, int]:
+    """Temporaries → shared buffer slots: temporaries whose lifetimes (the phases that touch
+    them) do not overlap reuse one allocation. Zero-filled accumulators and `skip` are left out."""
+    program = scop.program
+    phases_of: dict[str, list[int]] = {}
+    for n, phase in enumerate(ast.phases):
+        for name in phase.statements:
+            for a in scop.statement(name).accesses:
+                phases_of.setdefault(a.tensor, []).append(n)
+    lifetimes = []
+    for t in program.temporaries:
+        touched = phases_of.get(t.name)
+        uninitialized = any(st.tensor == t.name and st.uninitialized for st in program.statements)
+        if t.name in skip or not touched or uninitialized:
+            continue
+        lifetimes.append((min(touched), max(touched), t.name))
+    slots: list[int] = []  # last phase using each slot
+    assignment: dict[str, int] = {}
+    for start, end, name in sorted(lifetimes):
+        for slot, busy_until in enumerate(slots):
+            if busy_until < start:
+                slots[slot] = end
+                assignment[name] = slot
+                break
+        else:
+            assignment[name] = len(slots)
+            slots.append(end)
+    return assignment

@@ -114,7 +114,9 @@ def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
             rel = rel.project_out(isl.dim_type.in_, pos, 1)
         rel = rel.set_tuple_name(isl.dim_type.in_, stmt.name)
         accesses.append(type(a)(a.tensor, a.is_write, rel, tuple(None for _ in a.subscripts), domain, a.read))
-    return PolyStatement(stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer)
+    return PolyStatement(
+        stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer
+    )
 
 
 def plan_contractions(scop: Scop, sizes: Mapping[str, int]) -> tuple[Scop, dict[str, ContractionPlan]]:

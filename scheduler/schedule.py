@@ -102,7 +102,9 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
         except isl.Error:
             tuned = []
         for candidate, name in [*tuned, (base, strategy)]:
-            schedule = Schedule(scop, candidate, options, name, regions if strategy == "regions" else (), graph)
+            schedule = Schedule(
+                scop, candidate, options, name, regions if strategy == "regions" else (), graph
+            )
             try:
                 if schedule.violated_dependences().is_empty():
                     return schedule

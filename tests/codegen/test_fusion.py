@@ -58,9 +58,28 @@ def test_every_strategy_gives_the_same_results(src, threads, monkeypatch):
     monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
     ref = tl.compile(src, options=tl.Options(optimize=False))
     rng = np.random.default_rng(5)
-    shapes = {"softmax": [(37, 29)], "layernorm": [(41, 23)]}.get(ref.name, [(13, 7), (7, 11), (11,), (11, 11), (11,), (11, 5)])
+    shapes = {"softmax": [(37, 29)], "layernorm": [(41, 23)]}.get(
+        ref.name, [(13, 7), (7, 11), (11,), (11, 11), (11,), (11, 5)]
+    )
     inputs = [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
     want = ref(*inputs)
     for fusion in ("auto", "max", "none"):
         got = tl.compile(src, options=tl.Options(fusion=fusion, threads=threads))(*inputs)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6, err_msg=fusion)
+
+
+def test_temporaries_with_disjoint_lifetimes_share_one_buffer():
+    src = """def f(float(N, D) X) -> (Y) {
+        a(n, d) = X(n, d) * 2.0
+        s(n) +=! a(n, d)
+        b(n, d) = X(n, d) - s(n)
+        t(n) max=! b(n, d)
+        Y(n, d) = b(n, d) / t(n)
+    }"""
+    k = tl.compile(src, options=tl.Options(fusion="none"))
+    x = np.random.default_rng(2).uniform(0.5, 1, size=(9, 7)).astype(np.float32)
+    a = x * 2
+    b = x - a.sum(axis=1)[:, None]
+    np.testing.assert_allclose(k(x), b / b.max(axis=1)[:, None], rtol=1e-5)
+    sharing = next(iter(k._cache.values())).sharing
+    assert sharing["a"] == sharing["b"]  # a is dead before b is born

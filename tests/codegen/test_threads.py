@@ -10,7 +10,10 @@ import tensorlang as tl
 from codegen.parallel import chunks, default_threads
 
 PROGRAMS = {
-    "gemm": ("def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", [(301, 257), (257, 129)]),
+    "gemm": (
+        "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+        [(301, 257), (257, 129)],
+    ),
     "rows": ("def r(float(N, D) I) -> (O) { O(n) +=! exp(I(n, d)) * 0.5 }", [(517, 263)]),
     "bmm": (
         "def b(float(B, M, K) X, float(B, K, N) Y) -> (Z) { Z(b, m, n) +=! X(b, m, k) * Y(b, k, n) }",
@@ -31,7 +34,13 @@ def test_results_are_bitwise_identical_for_any_thread_count(name, monkeypatch):
 
 
 def test_chunks_cover_the_iterations_once():
-    for first, stop, step, parts in [(0, 10, 1, 3), (0, 54, 32, 2), (5, 6, 1, 4), (0, 0, 1, 2), (-7, 100, 3, 5)]:
+    for first, stop, step, parts in [
+        (0, 10, 1, 3),
+        (0, 54, 32, 2),
+        (5, 6, 1, 4),
+        (0, 0, 1, 2),
+        (-7, 100, 3, 5),
+    ]:
         got = [i for lo, hi in chunks((first, stop, step), parts) for i in range(lo, hi, step)]
         assert got == list(range(first, stop, step))
 
