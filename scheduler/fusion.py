@@ -24,6 +24,7 @@ from polyhedral import Scop
 from tensorlang.options import Options
 
 from .graph import OpGraph
+from .postpass import member_vars
 
 Region = tuple[int, ...]  # positions of ir statements
 
@@ -71,6 +72,11 @@ def _fusion_quality(scop: Scop, region: Region) -> tuple[bool, bool]:
         return False, False
     band = _outer_band(tree)
     if band is None:
+        return False, False
+    # a skewed outer loop (i + j) "fuses" only by walking the iteration spaces diagonally, which
+    # ruins locality and vectorisation: count it as no fusion
+    plain = member_vars(scop, band)[0]
+    if set(plain) != set(_poly_names(scop, region)):
         return False, False
     return True, bool(band.band_member_get_coincident(0))
 

@@ -28,7 +28,7 @@ class MemberInfo:
     var: str | None
 
 
-def _member_vars(scop: Scop, node: isl.ScheduleNode) -> list[dict[str, str]]:
+def member_vars(scop: Scop, node: isl.ScheduleNode) -> list[dict[str, str]]:
     """For each band member: statement name → the index variable it runs over (coefficient 1)."""
     mupa = node.band_get_partial_schedule()
     out: list[dict[str, str]] = []
@@ -85,7 +85,7 @@ def _access_score(scop: Scop, statement: str, var: str) -> int:
 
 def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
     n = node.band_n_member()
-    members = _member_vars(scop, node)
+    members = member_vars(scop, node)
     if any(scop.statement(name).projected is not None for m in members for name in m):
         # loops around GEMM calls: each iteration is a whole call, so strides do not matter;
         # parallel loops go outermost so that threads get whole calls
@@ -128,7 +128,7 @@ def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
 def _strided_accesses(scop: Scop, node: isl.ScheduleNode, member: int) -> int:
     """How many accesses walk memory with a large stride along band member `member`."""
     count = 0
-    for statement, var in _member_vars(scop, node)[member].items():
+    for statement, var in member_vars(scop, node)[member].items():
         stmt = scop.statement(statement)
         st = stmt.statement
         lists = [tuple(ir.IndexRef(name=v) for v in st.indices)]
@@ -145,12 +145,12 @@ def _auto_tile(scop: Scop, node: isl.ScheduleNode) -> tuple[int, ...] | None:
     """Square tiles when the innermost loop walks some array with a large stride (a transpose):
     tiles whose footprint fits half the L1 cache make both arrays' lines reusable."""
     n = node.band_n_member()
-    members = _member_vars(scop, node)
+    members = member_vars(scop, node)
     if any(scop.statement(name).projected is not None for m in members for name in m):
         return None  # loops around GEMM calls
     if _strided_accesses(scop, node, n - 1) == 0:
         return None
-    arrays = {a.tensor for name in _member_vars(scop, node)[n - 1] for a in scop.statement(name).accesses}
+    arrays = {a.tensor for name in member_vars(scop, node)[n - 1] for a in scop.statement(name).accesses}
     element = 8  # bytes, a safe upper bound for the element size
     side = 8
     while side * 2 * side * 2 * element * max(1, len(arrays)) <= cache_size(1) // 2 and side < 128:

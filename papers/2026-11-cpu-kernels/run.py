@@ -18,6 +18,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -170,51 +171,86 @@ def _timed(fn: Callable[[], object], number: int) -> float:
             gc.enable()
 
 
-def measure(
-    impls: dict[str, Callable[[], object]], repeats: int, budget: float, target: float
-) -> dict[str, dict]:
-    """Interleaved medians: in each repeat, run every implementation once, in a rotating order.
+@dataclass
+class Timing:
+    """The samples of one implementation of one kernel."""
 
-    Each implementation first gets one warm-up call, which also sets how many back-to-back calls make
-    one sample (so that a sample lasts about `target` seconds). An implementation stops repeating once
-    the time spent on it passes `budget` (it keeps at least one sample; a warm-up call longer than
-    budget/2 is taken as that one sample).
-    """
-    stats = {}
-    for name, fn in impls.items():
-        t = _timed(fn, 1)
-        spent = t
-        if t < budget / 4:  # a second warm-up call: the first one may pay for thread start-up or page faults
-            t2 = _timed(fn, 1)
-            spent += t2
+    fn: Callable[[], object]
+    number: int = 1  # back-to-back calls per sample
+    warmup_s: float = 0.0
+    spent: float = 0.0
+    samples: list[float] = field(default_factory=list)
+
+    def warm_up(self, budget: float, target: float) -> None:
+        """Two warm-up calls (the first may pay for thread start-up or page faults) set `number`."""
+        t = _timed(self.fn, 1)
+        self.spent = t
+        if t < budget / 4:
+            t2 = _timed(self.fn, 1)
+            self.spent += t2
             t = min(t, t2)
-        number = max(1, min(100_000, int(target / max(t, 1e-9))))
-        stats[name] = {
-            "number": number,
-            "samples": [t] if t >= budget / 2 else [],
-            "spent": spent,
-            "warmup_s": t,
+        self.warmup_s = t
+        self.number = max(1, min(100_000, int(target / max(t, 1e-9))))
+        if t >= budget / 2:  # a slow kernel: its warm-up call is its one sample
+            self.samples.append(t)
+
+    def sample(self, repeats: int, budget: float) -> None:
+        if self.samples and (self.spent >= budget or len(self.samples) >= repeats):
+            return
+        t = _timed(self.fn, self.number)
+        self.samples.append(t)
+        self.spent += t * self.number
+
+    def summary(self) -> dict:
+        return {
+            "median_s": float(np.median(self.samples)),
+            "min_s": float(np.min(self.samples)),
+            "samples_s": self.samples,
+            "number": self.number,
+            "warmup_s": self.warmup_s,
         }
-    names = list(impls)
-    for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            st = stats[name]
-            if st["samples"] and (st["spent"] >= budget or len(st["samples"]) >= repeats):
-                continue
-            t = _timed(impls[name], st["number"])
-            st["samples"].append(t)
-            st["spent"] += t * st["number"]
-    return {
-        n: {
-            "median_s": float(np.median(s["samples"])),
-            "min_s": float(np.min(s["samples"])),
-            "samples_s": s["samples"],
-            "number": s["number"],
-            "warmup_s": s["warmup_s"],
-        }
-        for n, s in stats.items()
-    }
+
+
+@dataclass
+class Case:
+    """One kernel under test: its record (results.json) and the timings of its implementations."""
+
+    kernel: ks.Kernel
+    record: dict
+    timings: dict[str, Timing]
+    compiled: dict[str, object]  # tensorlang variant → Kernel (for compile_count)
+
+
+def measure(cases: list[Case], args: argparse.Namespace) -> None:
+    """Interleaved medians over the whole suite.
+
+    After the warm-ups, each repeat sweeps every kernel and, within a kernel, takes one sample of
+    every implementation in an order that rotates from repeat to repeat. The samples of one kernel are
+    thus spread over the whole run, and a burst of load from elsewhere on the shared machine spoils a
+    few samples of every kernel rather than all samples of one. An implementation stops repeating
+    once it has used `budget` seconds (it keeps at least one sample).
+    """
+    for case in cases:
+        for name, t in case.timings.items():
+            try:
+                t.warm_up(args.budget, args.target)
+            except Exception as exc:  # noqa: BLE001 - recorded like any other failure
+                _timing_failed(case, name, exc)
+    for r in range(args.repeats):
+        for case in cases:
+            names = list(case.timings)
+            for name in names[r % len(names) :] + names[: r % len(names)] if names else []:
+                try:
+                    case.timings[name].sample(args.repeats, args.budget)
+                except Exception as exc:  # noqa: BLE001
+                    _timing_failed(case, name, exc)
+
+
+def _timing_failed(case: Case, name: str, exc: BaseException) -> None:
+    case.timings.pop(name, None)
+    case.record["implementations"][name].update(
+        status="error", correct=False, error="while timing: " + _error_text(exc)
+    )
 
 
 # ---------------------------------------------------------------------------- checking
@@ -249,15 +285,13 @@ def _error_text(exc: BaseException) -> str:
 # ---------------------------------------------------------------------------- one kernel
 
 
-def bench_kernel(
+def prepare(
     k: ks.Kernel,
-    args: argparse.Namespace,
     peer_names: list[str],
     variants: tuple[str, ...] = TL_VARIANTS,
     time_numpy: bool = True,
-) -> dict:
-    """Check, then time (interleaved) NumPy, the tensorlang variants and the peers on one kernel."""
-
+) -> Case:
+    """Make the inputs, compile, and check every implementation against NumPy (NumPy against float64)."""
     rng = np.random.default_rng(20261101)
     inputs = k.make_inputs(rng)
     record = {
@@ -272,6 +306,7 @@ def bench_kernel(
     }
     impls: dict[str, dict] = record["implementations"]
     runners: dict[str, Callable[[], object]] = {}
+    compiled: dict[str, object] = {}
 
     reference = k.numpy(*inputs)
     impls["numpy"] = {"status": "ok", **compare(reference, k.oracle(*inputs), k.rtol, k.atol)}
@@ -286,11 +321,11 @@ def bench_kernel(
 
         opts = tl.Options(threads=1) if variant == "tensorlang-1t" else tl.Options()
         entry = impls.setdefault(variant, {"options": repr(opts)})
-        kern = None
         try:
             t0 = time.perf_counter()
             kern = tl.compile(k.tc, options=opts)
             t1 = time.perf_counter()
+            compiled[variant] = kern
             out = kern(*inputs)
             t2 = time.perf_counter()
             entry.update(compile_s=t1 - t0, first_call_s=t2 - t0)
@@ -299,7 +334,6 @@ def bench_kernel(
             runners[variant] = lambda kern=kern: kern(*inputs)
         except Exception as exc:  # noqa: BLE001 - record and go on with the other kernels
             entry.update(status="error", correct=False, error=_error_text(exc))
-        entry["_kernel"] = kern
 
     for peer in peer_names:
         try:
@@ -315,35 +349,58 @@ def bench_kernel(
         except Exception as exc:  # noqa: BLE001
             entry = {"status": "error", "correct": False, "error": _error_text(exc)}
         impls[peer] = entry
+    return Case(k, record, {name: Timing(fn) for name, fn in runners.items()}, compiled)
 
-    gc.collect()
-    if not time_numpy:
-        time.sleep(0.3)  # let OpenBLAS's threads, busy from the reference call, go idle
-    try:
-        timings = measure(runners, args.repeats, args.budget, args.target)
-    except Exception as exc:  # noqa: BLE001 - a failure while timing is recorded like any other
-        timings = {}
-        for name in runners:
-            impls[name].update(status="error", correct=False, error="while timing: " + _error_text(exc))
+
+def finish(case: Case) -> dict:
+    """Medians, throughput and ratios into the record."""
+    k, impls = case.kernel, case.record["implementations"]
     work = k.flops if k.unit == "GFLOP/s" else k.bytes
-    base = timings.get("numpy", {}).get("median_s")
-    for name, t in timings.items():
+    stats = {name: t.summary() for name, t in case.timings.items() if t.samples}
+    base = stats.get("numpy", {}).get("median_s")
+    for name, st in stats.items():
         entry = impls[name]
-        entry.update(t)
-        entry["throughput"] = work / t["median_s"] / 1e9 if t["median_s"] > 0 else None
-        entry["gflops"] = k.flops / t["median_s"] / 1e9 if k.flops and t["median_s"] > 0 else None
-        entry["gbytes_per_s"] = k.bytes / t["median_s"] / 1e9 if t["median_s"] > 0 else None
-        entry["ratio_to_numpy"] = base / t["median_s"] if base and t["median_s"] > 0 else None
-    for variant in variants:
+        entry.update(st)
+        med = st["median_s"]
+        entry["throughput"] = work / med / 1e9 if med > 0 else None
+        entry["gflops"] = k.flops / med / 1e9 if k.flops and med > 0 else None
+        entry["gbytes_per_s"] = k.bytes / med / 1e9 if med > 0 else None
+        entry["ratio_to_numpy"] = base / med if base and med > 0 else None
+    for variant, kern in case.compiled.items():
         entry = impls[variant]
-        kern = entry.pop("_kernel", None)
-        if kern is not None:
-            entry["compile_count"] = kern.compile_count
+        entry["compile_count"] = kern.compile_count
         if entry.get("first_call_s") is not None and entry.get("median_s") is not None:
             # the first call also runs the kernel once: take one cached run away to estimate compile + JIT
             entry["compile_jit_s"] = max(0.0, entry["first_call_s"] - entry["median_s"])
-    record["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    return record
+    return case.record
+
+
+def bench_all(
+    kernels: list[ks.Kernel],
+    args: argparse.Namespace,
+    peer_names: list[str],
+    variants: tuple[str, ...] = TL_VARIANTS,
+    time_numpy: bool = True,
+    log: Callable[[str], None] = lambda _line: None,
+) -> list[dict]:
+    """Check every kernel, then time them all (see `measure`)."""
+    cases = []
+    for k in kernels:
+        t0 = time.perf_counter()
+        case = prepare(k, peer_names, variants, time_numpy)
+        cases.append(case)
+        states = " ".join(f"{n}={r.get('status')}" for n, r in case.record["implementations"].items())
+        log(f"checked {k.name:24s} {states}  ({time.perf_counter() - t0:.1f} s)")
+    gc.collect()
+    if not time_numpy:
+        time.sleep(0.3)  # let OpenBLAS's threads, busy from the reference calls, go idle
+    t0 = time.perf_counter()
+    measure(cases, args)
+    log(f"timed {len(cases)} kernels, {args.repeats} interleaved repeats ({time.perf_counter() - t0:.1f} s)")
+    records = [finish(case) for case in cases]
+    for record in records:
+        record["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    return records
 
 
 # ---------------------------------------------------------------------------- call overhead
@@ -473,7 +530,7 @@ def write_outputs(results: dict, out: Path, final: bool) -> str:
 def peer_worker(args: argparse.Namespace) -> int:
     """Internal mode: time one peer alone (NumPy only gives the reference) and write the records as JSON."""
     kernels = select(ks.suite(args.quick), args.only)
-    records = [bench_kernel(k, args, [args.peer], variants=(), time_numpy=False) for k in kernels]
+    records = bench_all(kernels, args, [args.peer], variants=(), time_numpy=False)
     args.peer_json.write_text(json.dumps(records))
     return 0
 
@@ -579,13 +636,11 @@ def main(argv: list[str] | None = None) -> int:
             f"call overhead: tensorlang {ov['tensorlang_us']:.1f} us, np.add {ov['numpy_us']:.2f} us",
             flush=True,
         )
-    for k in kernels:
-        t0 = time.perf_counter()
-        record = bench_kernel(k, args, [])
-        results["kernels"].append(record)
+    results["kernels"] = bench_all(kernels, args, [], log=lambda line: print(line, flush=True))
+    for record in results["kernels"]:
         parts = [_describe(name, res) for name, res in record["implementations"].items()]
-        print(f"{k.name:24s} [{k.unit}] {' '.join(parts)}  ({time.perf_counter() - t0:.1f} s)", flush=True)
-        write_outputs(results, args.out, final=False)
+        print(f"{record['name']:24s} [{record['unit']}] {' '.join(parts)}", flush=True)
+    write_outputs(results, args.out, final=False)
     for name in peer_names:
         run_peer(name, args, results)
         write_outputs(results, args.out, final=False)
