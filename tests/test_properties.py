@@ -151,6 +151,27 @@ def test_several_statements_with_temporaries(data, n, k):
     _check(src, ref, [a, b], rtol=1e-4)
 
 
+@SETTINGS
+@given(data=st.data(), n=SIZES, k=SIZES, fusion=st.sampled_from(["auto", "max"]), threads=st.sampled_from([1, 2]))
+def test_fusion_strategies_match_no_fusion(data, n, k, fusion, threads):
+    """Generated multi-statement programs: every fusion strategy gives fusion="none"'s results."""
+    e1_tc, _ = data.draw(elementwise_expr([("A(i, r)", "A")], depth=2))
+    e2_tc, _ = data.draw(elementwise_expr([("T(i, r)", "T"), ("B(i, r)", "B")], depth=2))
+    op = data.draw(st.sampled_from(["+", "max"]))
+    src = f"""def chain(float(N, K) A, float(N, K) B) -> (O, P) {{
+        T(i, r) = A(i, r) * ({e1_tc})
+        U(i) {op}=! B(i, r) - ({e2_tc})
+        O(i) = U(i) * 2.0
+        P(i, r) = T(i, r) + O(i)
+    }}"""
+    rng = np.random.default_rng(n * 3 + k)
+    inputs = [_f32(rng, (n, k)), _f32(rng, (n, k))]
+    want = tl.compile(src, options=tl.Options(fusion="none", threads=1))(*inputs)
+    got = tl.compile(src, options=tl.Options(fusion=fusion, threads=threads))(*inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=src)
+
+
 # ------------------------------------------------------------------ robustness on mutated sources
 
 CORPUS = load_corpus() or {"cases": []}
