@@ -57,32 +57,40 @@ def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.
     return np.ascontiguousarray(value)
 
 
-def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray]) -> dict[str, int]:
+def input_dims(program: ir.Program) -> tuple[tuple[tuple[str, int | str], ...], ...]:
+    """Per input and dimension: ("const", n) or ("size", name), computed once per kernel."""
+    return tuple(
+        tuple(("const", int(d)) if d.is_Integer else ("size", str(d)) for d in t.shape) for t in program.inputs
+    )
+
+
+def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray], dims=None) -> dict[str, int]:
     """Size symbol → value from the input shapes, checking constants and repeated symbols."""
+    dims = dims if dims is not None else input_dims(program)
     sizes: dict[str, int] = {}
     origin: dict[str, tuple[str, int]] = {}
-    for tensor, array in zip(program.inputs, arrays):
-        for d, (declared, actual) in enumerate(zip(tensor.shape, array.shape)):
+    for tensor, array, declared_dims in zip(program.inputs, arrays, dims):
+        for d, ((kind, declared), actual) in enumerate(zip(declared_dims, array.shape)):
             if actual > _INT32_MAX:
                 raise ArgumentError(
                     f"{program.name}: input {tensor.name} dimension {d} has size {actual}, beyond the int32 index range"
                 )
-            if declared.is_Integer:
-                if int(declared) != actual:
+            if kind == "const":
+                if declared != actual:
                     raise ArgumentError(
                         f"{program.name}: input {tensor.name} dimension {d} is declared with constant size "
-                        f"{int(declared)} but found size {actual}"
+                        f"{declared} but found size {actual}"
                     )
                 continue
-            name = str(declared)
-            if name in sizes and sizes[name] != actual:
-                first, first_dim = origin[name]
+            if declared in sizes and sizes[declared] != actual:
+                first, first_dim = origin[declared]
                 raise ArgumentError(
-                    f"{program.name}: mismatched sizes for {name}: {first} dimension {first_dim} gives {name} = "
-                    f"{sizes[name]} but {tensor.name} dimension {d} has size {actual}"
+                    f"{program.name}: mismatched sizes for {declared}: {first} dimension {first_dim} gives "
+                    f"{declared} = {sizes[declared]} but {tensor.name} dimension {d} has size {actual}"
                 )
-            sizes.setdefault(name, actual)
-            origin.setdefault(name, (tensor.name, d))
+            if declared not in sizes:
+                sizes[declared] = actual
+                origin[declared] = (tensor.name, d)
     return sizes
 
 

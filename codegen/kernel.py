@@ -62,6 +62,7 @@ class Kernel:
         self.options = options
         self._syntax_text = syntax_text
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
+        self._input_dims = args_.input_dims(program)
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
         self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
@@ -87,7 +88,7 @@ class Kernel:
                 f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}"
             )
         arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
-        sizes = args_.bind_sizes(program, arrays)
+        sizes = args_.bind_sizes(program, arrays, self._input_dims)
         shapes = self._shapes(sizes)
         requested = args_.normalise_out(program, out)
         buffers = {

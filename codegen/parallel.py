@@ -8,6 +8,7 @@ microseconds.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +48,11 @@ def default_threads() -> int:
         if value < 1:
             raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
         return value
+    return _cpu_count()
+
+
+@functools.cache
+def _cpu_count() -> int:
     return os.cpu_count() or 1
 
 
