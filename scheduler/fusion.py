@@ -55,9 +55,84 @@ def schedule_region(scop: Scop, region: Region, fuse: bool) -> isl.Schedule | No
             .set_coincidence(deps)
             .set_proximity(deps)
         )
-        return constraints.compute_schedule()
+        tree = constraints.compute_schedule()
     except isl.Error:
         return None
+    if fuse and not _spans_plainly(scop, region, tree):
+        return _outer_loop_fusion(scop, region) or tree
+    return tree
+
+
+def _spans_plainly(scop: Scop, region: Region, tree: isl.Schedule) -> bool:
+    """One outer loop runs over a plain index variable (no skew) of every statement."""
+    band = _outer_band(tree)
+    if band is None:
+        return False
+    bodies = {n for n in _poly_names(scop, region) if scop.statement(n).kind == "body"}
+    return bodies <= set(member_vars(scop, band)[0])  # identity initialisations may sit at a constant
+
+
+def _var_schedule(scop: Scop, names: list[str], pick) -> isl.MultiUnionPwAff:
+    """{ S[..] -> [v_S] } with v_S = pick(statement) for every statement named (an int: that
+    constant, for a statement that does not have the variable)."""
+    upa = None
+    for name in names:
+        stmt = scop.statement(name)
+        ls = isl.LocalSpace.from_space(stmt.domain.get_space())
+        chosen = pick(stmt)
+        if isinstance(chosen, int):
+            aff = isl.Aff.val_on_domain(ls, isl.Val.int_from_si(scop.ctx, chosen))
+        else:
+            aff = isl.Aff.var_on_domain(ls, isl.dim_type.set, stmt.index_vars.index(chosen))
+        part = isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(aff))
+        upa = part if upa is None else upa.union_add(part)
+    return isl.MultiUnionPwAff.from_union_pw_aff(upa)
+
+
+def _outer_loop_fusion(scop: Scop, region: Region) -> isl.Schedule | None:
+    """One outer loop over an index variable that every statement of the region has, with the
+    same range, and the statements in source order inside it, each over its own other loops.
+    This is the fusion isl's whole-component scheduler may miss by skewing (atax: t(i) then
+    y(j) += A(i, j) * t(i) fuse over i, so A is streamed once). None when no such loop is legal."""
+    names = _poly_names(scop, region)
+    stmts = [scop.statement(n) for n in names]
+    domain = _domain(scop, names)
+    deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
+    candidates = dict.fromkeys(v for s in stmts for v in s.index_vars)
+    for var in candidates:
+        having = [s for s in stmts if var in s.index_vars]
+        r0 = having[0].statement.range_of(var)
+        if any((s.statement.range_of(var).lo, s.statement.range_of(var).hi) != (r0.lo, r0.hi) for s in having):
+            continue
+        if len(having) < 2 or not r0.lo.is_Integer:
+            continue
+        # statements without the variable (an identity initialisation, say) run at its first value
+        outer = _var_schedule(scop, names, lambda s, v=var, first=int(r0.lo): v if v in s.index_vars else first)
+        node = isl.Schedule.from_domain(domain).get_root().child(0).insert_partial_schedule(outer)
+        filters = isl.UnionSetList.alloc(scop.ctx, len(names))
+        for s in stmts:
+            filters = filters.add(isl.UnionSet.from_set(s.domain))
+        node = node.child(0).insert_sequence(filters)
+        for k, s in enumerate(stmts):
+            inner = [v for v in s.index_vars if v != var]
+            child = node.child(k).child(0)
+            for v in reversed(inner):  # innermost inserted first, so outer ones end up above
+                child = child.insert_partial_schedule(_var_schedule(scop, [s.name], lambda _s, v=v: v))
+            node = child.ancestor(child.get_tree_depth() - node.get_tree_depth())
+        tree = node.get_schedule()
+        sched = tree.get_map().intersect_domain(domain)
+        if not deps.subtract(sched.lex_lt_union_map(sched)).is_empty():
+            continue  # this loop order breaks a dependence
+        outer_map = isl.UnionMap.from_multi_union_pw_aff(outer)
+        carried = deps.apply_domain(outer_map).apply_range(outer_map)
+        parallel = True
+        if not carried.is_empty():
+            deltas = isl.Set.from_union_set(carried.deltas())
+            zero = isl.Set.universe(deltas.get_space()).fix_val(isl.dim_type.set, 0, isl.Val.zero(scop.ctx))
+            parallel = deltas.is_subset(zero)
+        band = tree.get_root().child(0).band_member_set_coincident(0, parallel)
+        return band.get_schedule()
+    return None
 
 
 def _outer_band(tree: isl.Schedule) -> isl.ScheduleNode | None:
@@ -70,15 +145,11 @@ def _fusion_quality(scop: Scop, region: Region) -> tuple[bool, bool]:
     tree = schedule_region(scop, region, fuse=True)
     if tree is None:
         return False, False
-    band = _outer_band(tree)
-    if band is None:
-        return False, False
     # a skewed outer loop (i + j) "fuses" only by walking the iteration spaces diagonally, which
     # ruins locality and vectorisation: count it as no fusion
-    plain = member_vars(scop, band)[0]
-    if set(plain) != set(_poly_names(scop, region)):
+    if not _spans_plainly(scop, region, tree):
         return False, False
-    return True, bool(band.band_member_get_coincident(0))
+    return True, bool(_outer_band(tree).band_member_get_coincident(0))
 
 
 def _shares_data(graph: OpGraph, region: Region, position: int) -> bool:

@@ -83,3 +83,22 @@ def test_temporaries_with_disjoint_lifetimes_share_one_buffer():
     np.testing.assert_allclose(k(x), b / b.max(axis=1)[:, None], rtol=1e-5)
     sharing = next(iter(k._cache.values())).sharing
     assert sharing["a"] == sharing["b"]  # a is dead before b is born
+
+
+ATAX = """def atax(float(M, N) A, float(N) x) -> (y) {
+    t(i) +=! A(i, j) * x(j)
+    y(j) +=! A(i, j) * t(i)
+}"""
+
+
+def test_atax_fuses_over_rows_on_one_thread():
+    """isl's whole-component schedule skews atax; the outer-loop fusion streams A once per row."""
+    k = tl.compile(ATAX, options=tl.Options(threads=1))
+    assert "region 0: S0 S1" in k.inspect("graph")
+    loops = k.inspect("loops", sizes={"M": 5, "N": 4})
+    assert "c0 + c1" not in loops and "// t: contracted" in loops
+    a = np.random.default_rng(3).uniform(-1, 1, size=(37, 23)).astype(np.float32)
+    x = np.random.default_rng(4).uniform(-1, 1, size=23).astype(np.float32)
+    np.testing.assert_allclose(k(a, x), a.T.astype(np.float64) @ (a.astype(np.float64) @ x), rtol=1e-4, atol=1e-5)
+    # with threads, fusing would serialise the row loop: the statements stay apart
+    assert "region 1: S1" in tl.compile(ATAX, options=tl.Options(threads=2)).inspect("graph")
