@@ -221,13 +221,6 @@ class Lowering:
         T = isl.ast_expr_op_type
         op = e.get_op_type()
         args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
-        if op in (T.and_then, T.or_else):
-            # short-circuit for safety: the right operand may only be valid when the left holds
-            return (
-                b.select(self.ast_expr(args[0], env), self.ast_expr(args[1], env), ll.Constant(V.I1, 0))
-                if op == T.and_then
-                else b.select(self.ast_expr(args[0], env), ll.Constant(V.I1, 1), self.ast_expr(args[1], env))
-            )
         v = [self.ast_expr(a, env) for a in args]
         if op == T.add:
             return b.add(v[0], v[1], flags=["nsw"])
@@ -248,9 +241,10 @@ class Lowering:
             return b.srem(v[0], v[1])
         if op == T.fdiv_q:
             return V.int_div_mod(b, "/", ScalarType.INT64, v[0], v[1])
-        if op == T.and_:
+        # isl's AST conditions are affine and cannot trap, so && / || need no short circuit
+        if op in (T.and_, T.and_then):
             return b.and_(v[0], v[1])
-        if op == T.or_:
+        if op in (T.or_, T.or_else):
             return b.or_(v[0], v[1])
         if op in (T.select, T.cond):
             return b.select(v[0], v[1], v[2])
