@@ -82,6 +82,7 @@ import llvmlite.ir as ir
 
 from tensorlang.builtins import BUILTINS
 
+from .floatir import FloatIR
 from .vecmath import VECMATH_BUILTINS, emit_vecmath
 
 __all__ = ["LIBM_SYMBOLS", "emit_builtin", "ensure_libm_loaded"]
@@ -205,54 +206,9 @@ def _trimmed(coeffs: tuple[float, ...], rel: float) -> tuple[float, ...]:
 # ---------------------------------------------------------------------------------------------
 
 
-class _E:
-    def __init__(self, b: ir.IRBuilder, ty: ir.Type):
-        self.b = b
-        self.ty = ty
-        self.mod: ir.Module = b.module
-        self.sfx = "f32" if isinstance(ty, ir.FloatType) else "f64"
-        self.is_f32 = isinstance(ty, ir.FloatType)
-        self.ity = ir.IntType(32 if self.is_f32 else 64)
-
-    # constants and arithmetic
-    def c(self, v: float) -> ir.Constant:
-        return ir.Constant(self.ty, v)
-
-    def add(self, x, y):
-        return self.b.fadd(x, y)
-
-    def sub(self, x, y):
-        return self.b.fsub(x, y)
-
-    def mul(self, x, y):
-        return self.b.fmul(x, y)
-
-    def div(self, x, y):
-        return self.b.fdiv(x, y)
-
-    def neg(self, x):
-        return self.b.fneg(x)
-
-    def sel(self, cond, x, y):
-        return self.b.select(cond, x, y)
-
-    def cmp(self, op: str, x, y):
-        """Ordered comparison (false if either is NaN)."""
-        return self.b.fcmp_ordered(op, x, y)
-
-    def isnan(self, x):
-        return self.b.fcmp_unordered("uno", x, x)
-
+class _E(FloatIR):
     def isinf(self, x):
         return self.cmp("==", self.fabs(x), self.c(math.inf))
-
-    # declarations
-    def intr(self, base: str, *args):
-        name = f"llvm.{base}.{self.sfx}"
-        fn = self.mod.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.mod, ir.FunctionType(self.ty, [self.ty] * len(args)), name)
-        return self.b.call(fn, list(args))
 
     def libm(self, base: str, *args):
         name = _float_name(base) if self.is_f32 else base

@@ -68,6 +68,8 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
+from .floatir import FloatIR
+
 __all__ = ["VECMATH_BUILTINS", "emit_vecmath"]
 
 # ---------------------------------------------------------------------------------------------
@@ -201,52 +203,17 @@ _FMT = {True: _Fmt(True), False: _Fmt(False)}
 # ---------------------------------------------------------------------------------------------
 
 
-class _V:
+class _V(FloatIR):
     def __init__(self, b: ir.IRBuilder, ty: ir.Type):
-        self.b = b
-        self.ty = ty
-        self.f32 = isinstance(ty, ir.FloatType)
+        super().__init__(b, ty)
+        self.f32 = self.is_f32
         self.k = _FMT[self.f32]
-        self.ity = ir.IntType(self.k.bits)
-        self.sfx = "f32" if self.f32 else "f64"
-
-    def c(self, v: float) -> ir.Constant:
-        return ir.Constant(self.ty, v)
 
     def i(self, v: int) -> ir.Constant:
         return ir.Constant(self.ity, v)
 
-    def intr(self, base: str, *args):
-        name = f"llvm.{base}.{self.sfx}"
-        mod = self.b.module
-        fn = mod.globals.get(name)
-        if fn is None:
-            fn = ir.Function(mod, ir.FunctionType(self.ty, [self.ty] * len(args)), name)
-        return self.b.call(fn, list(args))
-
-    def add(self, x, y):
-        return self.b.fadd(x, y)
-
-    def sub(self, x, y):
-        return self.b.fsub(x, y)
-
-    def mul(self, x, y):
-        return self.b.fmul(x, y)
-
-    def div(self, x, y):
-        return self.b.fdiv(x, y)
-
     def fma(self, x, y, z):
         return self.intr("fma", x, y, z)
-
-    def sel(self, cond, x, y):
-        return self.b.select(cond, x, y)
-
-    def cmp(self, op: str, x, y):
-        return self.b.fcmp_ordered(op, x, y)
-
-    def isnan(self, x):
-        return self.b.fcmp_unordered("uno", x, x)
 
     def clamp(self, x, lo: float, hi: float):
         """x limited to [lo, hi]; NaN becomes lo (callers restore NaN at the end)."""
