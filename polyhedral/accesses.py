@@ -80,12 +80,11 @@ class ExprConverter:
         return None
 
     def _constant(self, pa: isl.PwAff | None) -> int | None:
+        """The integer value of a constant expression (e.g. the 2 of `2 * i`), else None."""
         if pa is None or not pa.is_cst():
             return None
-        lo = pa.min_val() if hasattr(pa, "min_val") else None
-        if lo is None or not lo.is_int():
-            return None
-        return lo.to_python()
+        value = pa.min_val()
+        return value.to_python() if value.is_int() else None
 
     def _binary(self, op: str, lhs: ir.Expr, rhs: ir.Expr) -> isl.PwAff | None:
         if not lhs.dtype.is_signed:
