@@ -202,7 +202,7 @@ class Kernel:
             dim, value = int(error[2]), int(error[3])
             stmt = self.scop.statement(check.statement).statement
             where = _statement_location(stmt)
-            access = str(check.read) if check.read is not None else f"{check.tensor} (write)"
+            access = _source_text(check.read) if check.read is not None else f"{check.tensor} (write)"
             return ArgumentError(
                 f"{self.name}: index {value} out of range for dimension {dim} of {check.tensor} "
                 f"in {access}{where}; generated code never accesses out of bounds, so the call was stopped"
@@ -316,7 +316,7 @@ class Kernel:
             fixed = fixed if fixed is not None else self.scop.params.fixed_context(sizes)
             if not check.violation.intersect(fixed).is_empty():
                 stmt = self.scop.statement(check.statement).statement
-                access = str(check.read) if check.read is not None else f"the write of {check.tensor}"
+                access = _source_text(check.read) if check.read is not None else f"the write of {check.tensor}"
                 shape = self._describe_tensor(check.tensor, sizes)
                 raise ArgumentError(
                     f"{self.name}: with {_sizes_text(sizes)}, {access} would access {check.tensor} "
@@ -371,6 +371,16 @@ class Kernel:
         if stage == "llvm":
             return str(optimise(module, vectorize=self.options.vectorize))
         return assembly_of(module)
+
+
+def _source_text(read: ir.Read) -> str:
+    """An access as the user would write it: `A(i * i)` rather than `A((i * i))`."""
+
+    def bare(e: ir.Expr) -> str:
+        text = str(e)
+        return text[1:-1] if isinstance(e, ir.Binary) and e.op not in ("min", "max") else text
+
+    return f"{read.tensor}({', '.join(bare(i) for i in read.indices)})" if read.indices else read.tensor
 
 
 def _sizes_text(sizes: Mapping[str, int]) -> str:
