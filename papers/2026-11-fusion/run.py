@@ -107,7 +107,9 @@ def np_groupnorm(x, gamma, beta):
     s = x.sum(axis=(2, 3, 4))
     sq = (x * x).sum(axis=(2, 3, 4))
     inv = 1 / np.sqrt(sq / dhw - s * s / dhw / dhw + F32(1e-5))
-    out = gamma[None, :, :, None, None] * (x - (s / dhw)[:, :, None, None, None]) * inv[:, :, None, None, None]
+    out = (
+        gamma[None, :, :, None, None] * (x - (s / dhw)[:, :, None, None, None]) * inv[:, :, None, None, None]
+    )
     return out + beta[None, :, :, None, None], s, sq
 
 
@@ -143,7 +145,9 @@ def torch_peer(name):
         "softmax": lambda x: torch.softmax(x, dim=1),
         "layernorm": lambda x: f.layer_norm(x, x.shape[1:], eps=1e-5),
         "chain": lambda a, b, c: (lambda t3: t3 * t3 - b)(torch.tanh(a * b + c) * 0.5 + a),
-        "mlp3": lambda x, w1, b1, w2, b2, w3, b3: torch.relu(torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3),
+        "mlp3": lambda x, w1, b1, w2, b2, w3, b3: torch.relu(
+            torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3
+        ),
         "conv_bias_relu": lambda x, w, bias: torch.relu(f.conv2d(x, w, bias)),
     }.get(name)
     if impl is None:
@@ -167,7 +171,7 @@ def run(quick: bool, repeats: int) -> dict:
         inputs = [rng.uniform(-1, 1, size=s).astype(F32) for s in shapes]
         expected = np_fn(*inputs)
         expected = expected if isinstance(expected, tuple) else (expected,)
-        impls = {"numpy": lambda f=np_fn: f(*inputs)}
+        impls = {"numpy": lambda f=np_fn, xs=inputs: f(*xs)}
         decisions = {}
         checks = {}
         for strategy in STRATEGIES:
@@ -175,18 +179,33 @@ def run(quick: bool, repeats: int) -> dict:
             got = kernel(*inputs)
             got = got if isinstance(got, tuple) else (got,)
             checks[strategy] = all(
-                np.allclose(g, e, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(e).max()))) for g, e in zip(got, expected)
+                np.allclose(g, e, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(e).max())))
+                for g, e in zip(got, expected)
             )
             sizes = kernel.program.sizes
-            bound = dict(zip([s.name for s in sizes], [inputs[[t.name for t in kernel.program.inputs].index(s.tensor)].shape[s.dim] for s in sizes]))
+            bound = dict(
+                zip(
+                    [s.name for s in sizes],
+                    [
+                        inputs[[t.name for t in kernel.program.inputs].index(s.tensor)].shape[s.dim]
+                        for s in sizes
+                    ],
+                )
+            )
             decisions[strategy] = {
-                "regions": [r.split(": ")[1] for r in kernel.inspect("graph").splitlines() if r.startswith("region")],
-                "contracted": [line.split(":")[0].lstrip("/ ") for line in kernel.inspect("loops", sizes=bound).splitlines() if "contracted" in line],
+                "regions": [
+                    r.split(": ")[1] for r in kernel.inspect("graph").splitlines() if r.startswith("region")
+                ],
+                "contracted": [
+                    line.split(":")[0].lstrip("/ ")
+                    for line in kernel.inspect("loops", sizes=bound).splitlines()
+                    if "contracted" in line
+                ],
             }
-            impls[f"tl-{strategy}"] = lambda k=kernel: k(*inputs)
+            impls[f"tl-{strategy}"] = lambda k=kernel, xs=inputs: k(*xs)
         peer = torch_peer(name)
         if peer is not None:
-            impls["torch"] = lambda p=peer: p(*inputs)
+            impls["torch"] = lambda p=peer, xs=inputs: p(*xs)
         samples = {k: [] for k in impls}
         for _ in range(repeats):  # interleaved: every implementation once per round
             for key, fn in impls.items():
@@ -205,19 +224,31 @@ def run(quick: bool, repeats: int) -> dict:
                 "decisions": decisions,
             }
         )
-        print(f"{name:16s} " + " ".join(f"{k}={medians['numpy'] / v:.2f}x" for k, v in medians.items()), flush=True)
-    return {"mode": "quick" if quick else "full", "repeats": repeats, "removed_env": sorted(REMOVED), "kernels": rows}
+        print(
+            f"{name:16s} " + " ".join(f"{k}={medians['numpy'] / v:.2f}x" for k, v in medians.items()),
+            flush=True,
+        )
+    return {
+        "mode": "quick" if quick else "full",
+        "repeats": repeats,
+        "removed_env": sorted(REMOVED),
+        "kernels": rows,
+    }
 
 
 def markdown(results: dict) -> str:
     keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch"]
     lines = [
-        "| kernel | " + " | ".join(keys) + " | auto vs none | peak MiB (numpy / auto / none) | regions (auto) | contracted (auto) |",
+        "| kernel | "
+        + " | ".join(keys)
+        + " | auto vs none | peak MiB (numpy / auto / none) | regions (auto) | contracted (auto) |",
         "|---|" + "---:|" * len(keys) + "---:|---|---|---|",
     ]
     for row in results["kernels"]:
         med = row["median_s"]
-        cells = [f"{med[k] * 1e3:.2f} ms ({row['ratio_to_numpy'][k]:.2f}×)" if k in med else "–" for k in keys]
+        cells = [
+            f"{med[k] * 1e3:.2f} ms ({row['ratio_to_numpy'][k]:.2f}×)" if k in med else "–" for k in keys
+        ]
         auto_vs_none = med["tl-none"] / med["tl-auto"]
         peak = row["peak_bytes"]
         mib = " / ".join(f"{peak[k] / 2**20:.1f}" for k in ("numpy", "tl-auto", "tl-none"))
@@ -232,7 +263,9 @@ def markdown(results: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (CI)")
-    ap.add_argument("--out", type=Path, help="output folder (default results/ here; a temp folder with --quick)")
+    ap.add_argument(
+        "--out", type=Path, help="output folder (default results/ here; a temp folder with --quick)"
+    )
     ap.add_argument("--repeats", type=int)
     args = ap.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 11)
