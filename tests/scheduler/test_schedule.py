@@ -15,6 +15,9 @@ from tensorlang.options import Options
 
 CORPUS = load_corpus() or {"cases": []}
 PROGRAMS = {c["name"]: (c["tc"], c.get("entry")) for c in CORPUS["cases"]}
+PROGRAMS.setdefault(
+    "matmul", ("def matmul(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", None)
+)  # also without the corpus
 PROGRAMS["softmax_temporaries"] = (
     """def softmax(float(N, D) I) -> (O) {
         mx(n) max=! I(n, d)
