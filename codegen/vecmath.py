@@ -28,9 +28,14 @@ interval, widened by 2 %, rounded to the target precision):
   decomposition, R degree 2 / 6 in s²) kept as hi + lo, multiplied by 1/ln b in double-word
   arithmetic and added to k·log_b 2 with Fast2Sum. log1p uses u = 1 + x and adds the rounding
   correction (x - (u - 1))/u. log(±0) = -inf, log(x < 0) = NaN, log(inf) = inf.
-* tanh: |x| < 0.625: x + x³·T(x²) (degree 5 / 11); beyond: 1 - 2/(e^{2|x|} + 1) with the
+* tanh, float64: |x| < 0.625: x + x³·T(x²) (degree 11); beyond: 1 - 2/(e^{2|x|} + 1) with the
   inline exp kept as hi + lo and the division and subtraction compensated (exact remainder via
   fma, Fast2Sum); 2|x| is clamped, so large |x| saturates to exactly ±1; tanh(±0) = ±0.
+* tanh, float32: the rational minimax approximation x·P(x²)/Q(x²) on |x| <= 7.905 that Eigen
+  and XLA use for float tanh (degree 13/6), x itself below 4e-4, ±1 above 9.1. About six times
+  fewer operations than the compensated form (0.59 against 0.91 ns/element in cache here), for
+  which it gives up accuracy: at most 5 ulp from the correctly rounded result, measured on every
+  third float32 bit pattern of (0, 9.2] (the function is odd and the formula symmetric).
 
 Documented accuracy, measured: "ulp" = largest distance in ulps from the correctly rounded
 result; "exact" = largest |got - exact| / ulp(exact) over normal results. float32: every 7th
@@ -51,7 +56,7 @@ log        1 (0.719)            1 (0.685)
 log2       1 (0.803)            1 (0.780)
 log10      1 (0.744)            1 (0.675)
 log1p      1 (0.736)            1 (0.708)
-tanh       1 (0.749)            1 (0.747)
+tanh       5 (rational form)    1 (0.747)
 =========  ===================  ===================
 
 Results in the subnormal range are rounded once from the same approximation (absolute error
@@ -330,7 +335,33 @@ def _expm1(v: _V, x):
     return v.nan_passthrough(x, res)
 
 
+# float32 tanh: odd/even rational minimax approximation on [-7.905, 7.905], the one Eigen and
+# XLA use for float tanh: tanh(x) ≈ x·P(x²)/Q(x²). About 15 vector operations and one division,
+# against ~90 for the compensated exp form, at ≤ 7 ulp (measured: see the module docstring).
+_TANH_F32_P = (
+    -2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+    1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03,
+)  # fmt: skip
+_TANH_F32_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
+_TANH_F32_CLAMP = 7.90531110763549805
+_TANH_F32_TINY = 0.0004  # below: tanh(x) rounds to x
+_TANH_F32_ONE = 9.1  # above: tanh(x) rounds to ±1
+
+
+def _tanh_f32(v: _V, x):
+    xc = v.clamp(x, -_TANH_F32_CLAMP, _TANH_F32_CLAMP)
+    x2 = v.mul(xc, xc)
+    p = v.mul(v.horner(x2, _TANH_F32_P), xc)
+    q = v.horner(x2, _TANH_F32_Q)
+    ax = v.intr("fabs", x)
+    r = v.sel(v.cmp("<", ax, v.c(_TANH_F32_TINY)), x, v.div(p, q))  # x keeps ±0 and tiny values exact
+    r = v.sel(v.cmp(">", ax, v.c(_TANH_F32_ONE)), v.intr("copysign", v.c(1.0), x), r)
+    return v.nan_passthrough(x, r)
+
+
 def _tanh(v: _V, x):
+    if v.f32:
+        return _tanh_f32(v, x)
     ax = v.intr("fabs", x)
     # small |x|: odd polynomial
     z = v.mul(x, x)

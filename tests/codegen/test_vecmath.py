@@ -24,6 +24,13 @@ NAMES = sorted(VECMATH_BUILTINS)
 
 # Documented accuracy (codegen/vecmath.py): max ulp from the correctly rounded result.
 MAX_ULP = {np.float32: 1, np.float64: 1}
+# float32 tanh trades accuracy for speed (a rational approximation, documented at 5 ulp)
+MAX_ULP_OVERRIDE = {("tanh", np.float32): 5}
+
+
+def max_ulp(name: str, dtype) -> int:
+    return MAX_ULP_OVERRIDE.get((name, dtype), MAX_ULP[dtype])
+
 
 # ---------------------------------------------------------------------------------------------
 # JIT harness: `void f_<name>(T* out, T* a, i64 n)` loops, optionally via the libm path
@@ -206,7 +213,7 @@ def test_accuracy_whole_range(compiled, name, dtype):
     x = sample(name, dtype, 1 << 18 if dtype == np.float32 else 1 << 16)
     got = compiled[dtype](name, x)
     err, nan_mismatch = ulp_errors(got, reference(name, x))
-    bad = nan_mismatch | (err > MAX_ULP[dtype])
+    bad = nan_mismatch | (err > max_ulp(name, dtype))
     if bad.any():
         idx = np.flatnonzero(bad)[:8]
         rows = [f"  x={x[i]!r} got={got[i]!r} ref={reference(name, x[i : i + 1])[0]!r}" for i in idx]
