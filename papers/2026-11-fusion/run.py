@@ -207,10 +207,11 @@ def run(quick: bool, repeats: int) -> dict:
         if peer is not None:
             impls["torch"] = lambda p=peer, xs=inputs: p(*xs)
         samples = {k: [] for k in impls}
-        for _ in range(repeats):  # interleaved: every implementation once per round
-            for key, fn in impls.items():
+        keys = list(impls)
+        for rep in range(repeats):  # interleaved: every implementation once per round, in rotating order
+            for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
                 t0 = time.perf_counter()
-                fn()
+                impls[key]()
                 samples[key].append(time.perf_counter() - t0)
         medians = {k: statistics.median(v) for k, v in samples.items()}
         rows.append(
