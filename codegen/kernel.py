@@ -66,6 +66,7 @@ class Kernel:
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
         self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
+        self._generic = None  # (ast, machine code, layout) of the parametric kernel
         self._lock = threading.Lock()
         self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
 
@@ -236,6 +237,8 @@ class Kernel:
 
     def _build(self, sizes: Mapping[str, int]) -> Specialisation:
         values = self._param_values(sizes)
+        if not self.options.specialize:
+            return self._generic_for(sizes, values)
         try:
             scop, schedule, plans = self.scop, self.schedule, {}
             if self.options.optimize and self.options.specialize:
@@ -278,6 +281,24 @@ class Kernel:
     def _dtype(self, tensor: str) -> str:
         return self.program.tensor(tensor).dtype.numpy_name
 
+    def _generic_for(self, sizes: Mapping[str, int], values: Mapping[str, int]) -> Specialisation:
+        """Options(specialize=False): one parametric kernel, compiled once, run with each call's sizes."""
+        if self._generic is None:
+            try:
+                ast = build_ast(self.schedule, None)
+                module, layout = lower_to_llvm(self.scop, ast, None, self.options.fast_math)
+                code = jit(module, vectorize=self.options.vectorize)
+            except (isl.Error, RuntimeError) as exc:
+                raise TensorLangError(
+                    f"{self.name}: internal compiler error while generating code: {exc}"
+                ) from exc
+            self.compile_count += 1
+            self._generic = (ast, code, layout)
+        ast, code, layout = self._generic
+        params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
+        plans = self._phase_plans(self.scop, ast, values, sizes, {})
+        return Specialisation(code, layout, params, plans, Workspaces(0), {}, {}, {})
+
     def _contraction_schedule(self, scop: Scop, plans) -> Schedule:
         key = tuple(sorted((name, p.m, p.n, p.k) for name, p in plans.items()))
         schedule = self._schedules.get(key)
@@ -316,7 +337,9 @@ class Kernel:
             fixed = fixed if fixed is not None else self.scop.params.fixed_context(sizes)
             if not check.violation.intersect(fixed).is_empty():
                 stmt = self.scop.statement(check.statement).statement
-                access = _source_text(check.read) if check.read is not None else f"the write of {check.tensor}"
+                access = (
+                    _source_text(check.read) if check.read is not None else f"the write of {check.tensor}"
+                )
                 shape = self._describe_tensor(check.tensor, sizes)
                 raise ArgumentError(
                     f"{self.name}: with {_sizes_text(sizes)}, {access} would access {check.tensor} "

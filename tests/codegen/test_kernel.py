@@ -262,3 +262,29 @@ def test_strided_gemm_operand_is_relaid_out_and_correct():
     assert conv._cache and next(iter(conv._cache.values())).layouts == {"W1": (2, 3, 1, 0)}
     win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (3, 2), axis=(2, 3))
     np.testing.assert_allclose(got, np.einsum("nchwij,fcij->nfhw", win, w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        MATMUL,
+        "def sm(float(N, D) I) -> (O) { m(n) max=! I(n, d)\n e(n, d) = exp(I(n, d) - m(n))\n"
+        " s(n) +=! e(n, d)\n O(n, d) = e(n, d) / s(n) }",
+        GATHER,
+    ],
+    ids=["matmul", "softmax", "gather"],
+)
+def test_generic_code_without_specialisation(src):
+    """Options(specialize=False): one parametric kernel for every size, same results."""
+    generic = tl.compile(src, options=tl.Options(specialize=False))
+    special = tl.compile(src)
+    rng_ = np.random.default_rng(9)
+    for sizes in [(7, 5), (13, 3)]:
+        if generic.name == "g":
+            inputs = [f32(*sizes), rng_.integers(0, sizes[0], size=11).astype(np.int32)]
+        elif generic.name == "matmul":
+            inputs = [f32(*sizes), f32(sizes[1], 4)]
+        else:
+            inputs = [f32(*sizes)]
+        np.testing.assert_allclose(generic(*inputs), special(*inputs), rtol=1e-5, atol=1e-6)
+    assert generic.compile_count == 1  # one parametric kernel serves every size
