@@ -60,7 +60,8 @@ def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.
 def input_dims(program: ir.Program) -> tuple[tuple[tuple[str, int | str], ...], ...]:
     """Per input and dimension: ("const", n) or ("size", name), computed once per kernel."""
     return tuple(
-        tuple(("const", int(d)) if d.is_Integer else ("size", str(d)) for d in t.shape) for t in program.inputs
+        tuple(("const", int(d)) if d.is_Integer else ("size", str(d)) for d in t.shape)
+        for t in program.inputs
     )
 
 

@@ -69,9 +69,6 @@ class MachineCode:
     module: llvm.ModuleRef
     entry: ctypes._CFuncPtr
 
-    def assembly(self) -> str:
-        return target_machine().emit_assembly(self.module)
-
 
 # tl_kernel(buffers, params, error, phase, lo, hi, workspace); ctypes releases the GIL during the call,
 # so several Python threads can run iterations of a parallel phase at once

@@ -25,7 +25,7 @@ from .gemm import shared_gemm, workspace_bytes
 from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
-from .parallel import PhasePlan, Workspaces, default_threads, run_phases
+from .parallel import PhasePlan, Workspaces, run_phases
 from .storage import (
     ContractedTemporary,
     plan_buffer_sharing,
@@ -63,6 +63,8 @@ class Kernel:
         self._syntax_text = syntax_text
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
         self._input_dims = args_.input_dims(program)
+        # tensors a `+=`-without-`!` accumulates into first: they start from zeros (or out=)
+        self._uninitialised = frozenset(st.tensor for st in program.statements if st.uninitialized)
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
         self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
@@ -106,7 +108,7 @@ class Kernel:
             if t.name in buffers:
                 storage[t.name] = buffers[t.name].work
                 continue
-            if self._starts_uninitialised(t.name) and t.role == "output":
+            if t.name in self._uninitialised and t.role == "output":
                 warnings.warn(
                     f"{program.name}: output {t.name} is accumulated without initialisation (+= without !) "
                     f"and no out= buffer was given; it starts from zeros",
@@ -119,7 +121,7 @@ class Kernel:
             if t.name in spec.sharing:  # one allocation for temporaries that are never live together
                 storage[t.name] = shared_views[t.name]
                 continue
-            alloc = np.zeros if self._starts_uninitialised(t.name) else np.empty
+            alloc = np.zeros if t.name in self._uninitialised else np.empty
             storage[t.name] = alloc(shapes[t.name], dtype=t.dtype.numpy_name)
         self._run(spec, storage, buffers)
         for buf in buffers.values():
@@ -147,12 +149,6 @@ class Kernel:
             count = int(np.prod(shapes[name], dtype=np.int64))
             views[name] = slots[slot][: count * dtype.itemsize].view(dtype).reshape(shapes[name])
         return views
-
-    def _starts_uninitialised(self, tensor: str) -> bool:
-        for st in self.program.statements:
-            if st.tensor == tensor:
-                return st.uninitialized
-        return False
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         for evaluate, requirement in self._requirements:
@@ -188,9 +184,7 @@ class Kernel:
                 arrays[workspace] = (ctypes.c_void_p * max(1, len(own)))(*own)
             return ctypes.addressof(arrays[workspace])
 
-        threads = self.options.threads or default_threads()
-        if not self.options.optimize:
-            threads = 1
+        threads = self.options.thread_count()
         code, error = run_phases(
             spec.code.entry, buffers_for, spec.params.ctypes.data, spec.plans, threads, spec.workspaces
         )
@@ -250,7 +244,7 @@ class Kernel:
             contracted, layouts, sharing = {}, {}, {}
             if self.options.optimize and self.options.specialize:
                 shapes = {**self._shapes(sizes), **self._input_shapes(sizes)}
-                contracted = plan_storage(scop, ast, sizes, shapes, plans, gemm_bytes)
+                contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
                 layouts = plan_layouts(self.program, plans, shapes)
                 sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
             module, layout = lower_to_llvm(
@@ -384,9 +378,7 @@ class Kernel:
                 gemm_bytes = max(
                     (workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0
                 )
-                report = storage_report(
-                    plan_storage(scop, ast, sizes, self._shapes(sizes), plans, gemm_bytes)
-                )
+                report = storage_report(plan_storage(scop, ast, self._shapes(sizes), plans, gemm_bytes))
                 text = f"{report}\n{text}" if report else text
             return text
         values = self._param_values(sizes) if sizes is not None else None

@@ -8,15 +8,11 @@ microseconds.
 
 from __future__ import annotations
 
-import functools
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-
-from tensorlang.errors import TensorLangError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
@@ -35,25 +31,6 @@ class PhasePlan:
     index: int
     loop_range: tuple[int, int, int] | None
     work: int
-
-
-def default_threads() -> int:
-    """TENSORLANG_NUM_THREADS if set, else every core."""
-    env = os.environ.get("TENSORLANG_NUM_THREADS")
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}") from None
-        if value < 1:
-            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
-        return value
-    return _cpu_count()
-
-
-@functools.cache
-def _cpu_count() -> int:
-    return os.cpu_count() or 1
 
 
 def _executor(threads: int) -> ThreadPoolExecutor:

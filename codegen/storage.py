@@ -97,7 +97,7 @@ def _contractible_dim(scop: Scop, ast: LoopAst, tensor: str, users: list[str], i
 
 
 def plan_storage(
-    scop: Scop, ast: LoopAst, sizes: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]],
+    scop: Scop, ast: LoopAst, shapes: Mapping[str, tuple[int, ...]],
     plans: Mapping[str, ContractionPlan], first_offset: int,
 ) -> dict[str, ContractedTemporary]:  # fmt: skip
     """Which temporaries to contract for this specialisation, and where their slices live."""

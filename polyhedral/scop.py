@@ -109,9 +109,6 @@ class Scop:
             out = out.union(isl.UnionSet.from_set(s.domain))
         return out.align_params(self.context.get_space())
 
-    def original_schedule(self) -> isl.UnionMap:
-        return original_order(self.statements, self.params)
-
     def __str__(self) -> str:
         lines = [f"params: [{', '.join(self.params.names)}]"]
         for name, expr in self.params.derived:

@@ -16,8 +16,6 @@ The `auto` cost model merges the next statement into the current region when
 
 from __future__ import annotations
 
-import os
-
 import islpy as isl
 
 from polyhedral import Scop
@@ -40,8 +38,13 @@ def _domain(scop: Scop, names: list[str]) -> isl.UnionSet:
     return out
 
 
-def schedule_region(scop: Scop, region: Region, fuse: bool) -> isl.Schedule | None:
-    """The isl schedule of one region (None if isl gives up)."""
+def schedule_region(scop: Scop, region: Region, fuse: bool, memo: dict | None = None) -> isl.Schedule | None:
+    """The isl schedule of one region (None if isl gives up); `memo` keeps the ones already made."""
+    if memo is not None:
+        key = (region, fuse)
+        if key not in memo:
+            memo[key] = schedule_region(scop, region, fuse)
+        return memo[key]
     ctx = scop.ctx
     domain = _domain(scop, _poly_names(scop, region))
     deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
@@ -102,12 +105,16 @@ def _outer_loop_fusion(scop: Scop, region: Region) -> isl.Schedule | None:
     for var in candidates:
         having = [s for s in stmts if var in s.index_vars]
         r0 = having[0].statement.range_of(var)
-        if any((s.statement.range_of(var).lo, s.statement.range_of(var).hi) != (r0.lo, r0.hi) for s in having):
+        if any(
+            (s.statement.range_of(var).lo, s.statement.range_of(var).hi) != (r0.lo, r0.hi) for s in having
+        ):
             continue
         if len(having) < 2 or not r0.lo.is_Integer:
             continue
         # statements without the variable (an identity initialisation, say) run at its first value
-        outer = _var_schedule(scop, names, lambda s, v=var, first=int(r0.lo): v if v in s.index_vars else first)
+        outer = _var_schedule(
+            scop, names, lambda s, v=var, first=int(r0.lo): v if v in s.index_vars else first
+        )
         node = isl.Schedule.from_domain(domain).get_root().child(0).insert_partial_schedule(outer)
         filters = isl.UnionSetList.alloc(scop.ctx, len(names))
         for s in stmts:
@@ -140,9 +147,9 @@ def _outer_band(tree: isl.Schedule) -> isl.ScheduleNode | None:
     return node if node.get_type() == isl.schedule_node_type.band else None
 
 
-def _fusion_quality(scop: Scop, region: Region) -> tuple[bool, bool]:
+def _fusion_quality(scop: Scop, region: Region, memo: dict) -> tuple[bool, bool]:
     """(one outer loop spans the region, that loop is parallel) for a fused region."""
-    tree = schedule_region(scop, region, fuse=True)
+    tree = schedule_region(scop, region, True, memo)
     if tree is None:
         return False, False
     # a skewed outer loop (i + j) "fuses" only by walking the iteration spaces diagonally, which
@@ -159,8 +166,9 @@ def _shares_data(graph: OpGraph, region: Region, position: int) -> bool:
     return bool(set(node.reads) & (written | read))
 
 
-def partition(scop: Scop, graph: OpGraph, options: Options) -> tuple[Region, ...]:
+def partition(scop: Scop, graph: OpGraph, options: Options, memo: dict | None = None) -> tuple[Region, ...]:
     """Regions of consecutive statements, by the strategy in `options.fusion`."""
+    memo = {} if memo is None else memo
     positions = [n.position for n in graph.nodes]
     if not positions:
         return ()
@@ -168,9 +176,9 @@ def partition(scop: Scop, graph: OpGraph, options: Options) -> tuple[Region, ...
         return tuple((p,) for p in positions)
     if options.fusion == "max":
         return (tuple(positions),)
-    single_thread = (options.threads or os.cpu_count() or 1) == 1
+    single_thread = options.thread_count() == 1
     regions: list[list[int]] = [[positions[0]]]
-    parallel = {(positions[0],): _fusion_quality(scop, (positions[0],))[1]}
+    parallel = {(positions[0],): _fusion_quality(scop, (positions[0],), memo)[1]}
     for p in positions[1:]:
         current = tuple(regions[-1])
         merged = (*current, p)
@@ -180,24 +188,26 @@ def partition(scop: Scop, graph: OpGraph, options: Options) -> tuple[Region, ...
             and _shares_data(graph, current, p)
         )
         if ok:
-            spans, is_parallel = _fusion_quality(scop, merged)
-            was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,))[1]
+            spans, is_parallel = _fusion_quality(scop, merged, memo)
+            was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,), memo)[1]
             ok = spans and (is_parallel or not was_parallel or single_thread)
         if ok:
             regions[-1].append(p)
             parallel[merged] = is_parallel
         else:
             regions.append([p])
-            parallel[(p,)] = _fusion_quality(scop, (p,))[1]
+            parallel[(p,)] = _fusion_quality(scop, (p,), memo)[1]
     return tuple(tuple(r) for r in regions)
 
 
-def schedule_regions(scop: Scop, regions: tuple[Region, ...]) -> isl.Schedule | None:
+def schedule_regions(
+    scop: Scop, regions: tuple[Region, ...], memo: dict | None = None
+) -> isl.Schedule | None:
     """Each region scheduled on its own (fused when it holds several statements), in sequence;
     a mark node names each region so that it shows in the loops."""
     tree = None
     for n, region in enumerate(regions):
-        part = schedule_region(scop, region, fuse=len(region) > 1)
+        part = schedule_region(scop, region, len(region) > 1, memo)
         if part is None:
             return None
         root = part.get_root()

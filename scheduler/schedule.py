@@ -85,8 +85,9 @@ def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
     ctx.set_max_operations(_MAX_SCHEDULER_OPERATIONS)
     ctx.reset_operations()
     try:
-        regions = partition(scop, graph, options)
-        tree = schedule_regions(scop, regions)
+        memo: dict = {}  # region schedules the partitioner already computed
+        regions = partition(scop, graph, options, memo)
+        tree = schedule_regions(scop, regions, memo)
     except isl.Error:
         regions, tree = (), None
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
 from .errors import TensorLangError
@@ -34,6 +36,10 @@ class Options:
     specialize: bool = True
     optimize: bool = True
 
+    def thread_count(self) -> int:
+        """The threads parallel loops may use: `threads`, else the environment's default."""
+        return 1 if not self.optimize else self.threads or default_threads()
+
     def __post_init__(self) -> None:
         tile = self.tile
         if isinstance(tile, int) and not isinstance(tile, bool):
@@ -52,3 +58,22 @@ class Options:
             raise TensorLangError(f"Options.unroll must be a positive integer, got {self.unroll!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise TensorLangError(f"Options.threads must be a positive integer, got {self.threads!r}")
+
+
+def default_threads() -> int:
+    """TENSORLANG_NUM_THREADS if set, else every core."""
+    env = os.environ.get("TENSORLANG_NUM_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if value < 1:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
+        return value
+    return _cpu_count()
+
+
+@functools.cache
+def _cpu_count() -> int:
+    return os.cpu_count() or 1

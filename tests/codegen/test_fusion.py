@@ -99,6 +99,8 @@ def test_atax_fuses_over_rows_on_one_thread():
     assert "c0 + c1" not in loops and "// t: contracted" in loops
     a = np.random.default_rng(3).uniform(-1, 1, size=(37, 23)).astype(np.float32)
     x = np.random.default_rng(4).uniform(-1, 1, size=23).astype(np.float32)
-    np.testing.assert_allclose(k(a, x), a.T.astype(np.float64) @ (a.astype(np.float64) @ x), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        k(a, x), a.T.astype(np.float64) @ (a.astype(np.float64) @ x), rtol=1e-4, atol=1e-5
+    )
     # with threads, fusing would serialise the row loop: the statements stay apart
     assert "region 1: S1" in tl.compile(ATAX, options=tl.Options(threads=2)).inspect("graph")

@@ -7,7 +7,8 @@ import pytest
 
 import codegen.parallel
 import tensorlang as tl
-from codegen.parallel import chunks, default_threads
+from codegen.parallel import chunks
+from tensorlang.options import default_threads
 
 PROGRAMS = {
     "gemm": (
