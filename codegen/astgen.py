@@ -2,7 +2,10 @@
 
 A *phase* is one top-level node of the AST (one loop nest of the sequence). Phases run one after
 the other; a phase whose outermost loop carries no dependence (checked exactly against the
-dependences, as PPCG does) can have that loop's iterations split among threads.
+dependences, as PPCG does) can have that loop's iterations split among threads. For each
+phase's outermost loop the box of elements that one iteration reads from each tensor is kept
+(as AST expressions of the iterator), so that code generation can prefetch the next iteration's
+data while this one computes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polyhedral import Scop
 from scheduler import Schedule
 
 PARALLEL, SERIAL = "parallel", "serial"
@@ -26,12 +30,24 @@ class Leaf:
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """The bounding box of the elements of `tensor` that one iteration of a loop reads: per
+    dimension, the least and greatest index as AST expressions of the loop iterator."""
+
+    tensor: str
+    lo: tuple[isl.AstExpr, ...]
+    hi: tuple[isl.AstExpr, ...]
+
+
+@dataclass(frozen=True)
 class Phase:
-    """One top-level loop nest. `loop` is its outermost for node when that loop is parallel."""
+    """One top-level loop nest. `loop` is its outermost for node when that loop is parallel;
+    `footprints` what one iteration of its outermost loop (parallel or not) reads."""
 
     node: isl.AstNode
     loop: isl.AstNode | None
     statements: tuple[str, ...]
+    footprints: tuple[Footprint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,7 +115,55 @@ def _statements_under(node: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[st
     return tuple(dict.fromkeys(found))
 
 
-def _phases(root: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[Phase, ...]:
+def loop_kind(node: isl.AstNode) -> str:
+    """PARALLEL or SERIAL, as annotated on a for node by `build_ast`."""
+    return node.get_annotation().get_name().split(".")[0]
+
+
+def _footprint_key(node: isl.AstNode) -> int:
+    return int(node.get_annotation().get_name().split(".")[1])
+
+
+def _iteration_footprints(build: isl.AstBuild, reads: isl.UnionMap) -> tuple[Footprint, ...]:
+    """For the outermost loop being built: the box each tensor's reads cover in one iteration,
+    for tensors where it moves with the iterator (a row of a matrix, not a bias vector)."""
+    sched = build.get_schedule()
+    maps = _maps(sched)
+    if not maps or any(m.range_is_wrapping() or m.dim(isl.dim_type.out) != 1 for m in maps):
+        return ()  # not an outermost loop
+    found = []
+    for m in _maps(sched.reverse().apply_range(reads)):
+        if m.is_empty():
+            continue
+        n = m.dim(isl.dim_type.out)
+        lo = [m.dim_min(d) for d in range(n)]
+        hi = [m.dim_max(d) for d in range(n)]
+        if not any(a.involves_dims(isl.dim_type.in_, 0, 1) for a in lo + hi):
+            continue  # the same elements every iteration: nothing new to fetch
+        found.append(
+            Footprint(
+                m.get_tuple_name(isl.dim_type.out),
+                tuple(build.expr_from_pw_aff(a) for a in lo),
+                tuple(build.expr_from_pw_aff(a) for a in hi),
+            )
+        )
+    return tuple(found)
+
+
+def _affine_reads(scop: Scop) -> isl.UnionMap:
+    """Statement instance → element read, for the reads whose subscripts are all affine."""
+    reads = isl.UnionMap.empty(scop.domain().get_space())
+    for s in scop.statements:
+        for a in s.reads:
+            if a.exact:
+                rel = a.relation if a.guard is None else a.relation.intersect_domain(a.guard)
+                reads = reads.union(isl.UnionMap.from_map(rel))
+    return reads
+
+
+def _phases(
+    root: isl.AstNode, leaves: Mapping[str, Leaf], footprints: list[tuple[Footprint, ...]]
+) -> tuple[Phase, ...]:
     root = _unwrap(root)
     if root.get_type() == isl.ast_node_type.block:
         children = root.block_get_children()
@@ -109,12 +173,16 @@ def _phases(root: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[Phase, ...]:
     phases = []
     for top in tops:
         inner = _unwrap(top)
-        is_parallel_for = (
-            inner.get_type() == isl.ast_node_type.for_
-            and not inner.for_is_degenerate()
-            and inner.get_annotation().get_name() == PARALLEL
+        is_for = inner.get_type() == isl.ast_node_type.for_ and not inner.for_is_degenerate()
+        is_parallel_for = is_for and loop_kind(inner) == PARALLEL
+        phases.append(
+            Phase(
+                top,
+                inner if is_parallel_for else None,
+                _statements_under(top, leaves),
+                footprints[_footprint_key(inner)] if is_for else (),
+            )
         )
-        phases.append(Phase(top, inner if is_parallel_for else None, _statements_under(top, leaves)))
     return tuple(phases)
 
 
@@ -139,8 +207,13 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
         leaves[key] = Leaf(name, exprs)
         return node.set_annotation(isl.Id(key, context=ctx))
 
+    reads = _affine_reads(scop)
+    footprints: list[tuple[Footprint, ...]] = []
+
     def before_each_for(build: isl.AstBuild) -> isl.Id:
-        return isl.Id(PARALLEL if _carries_no_dependence(build, deps) else SERIAL, context=ctx)
+        kind = PARALLEL if _carries_no_dependence(build, deps) else SERIAL
+        footprints.append(_iteration_footprints(build, reads))
+        return isl.Id(f"{kind}.{len(footprints) - 1}", context=ctx)
 
     build = isl.AstBuild.from_context(context)
     # the callback handles must outlive the build (dropping them early crashes islpy)
@@ -148,7 +221,9 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
     build, _keep_for = build.set_before_each_for(before_each_for)
     root = build.node_from_schedule(tree)
     del _keep_leaf, _keep_for
-    return LoopAst(root, leaves, _phases(root, leaves), dict(sizes) if sizes is not None else None)
+    return LoopAst(
+        root, leaves, _phases(root, leaves, footprints), dict(sizes) if sizes is not None else None
+    )
 
 
 def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None:

@@ -12,6 +12,8 @@ import llvmlite.ir as ir
 
 from scheduler.machine import cache_size
 
+from .jit import host_has_avx512
+
 I64 = ir.IntType(64)
 I32 = ir.IntType(32)
 I8P = ir.IntType(8).as_pointer()
@@ -47,15 +49,6 @@ def _cache_size(level: int, default: int) -> int:
     return cache_size(level)
 
 
-@functools.cache
-def _has_avx512() -> bool:
-    llvm.initialize_native_target()
-    try:
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except RuntimeError:
-        return False
-
-
 def _round(x: int, multiple: int) -> int:
     return max(multiple, x // multiple * multiple)
 
@@ -66,7 +59,7 @@ def config(dtype: str) -> Config:
     _, size, _ = _TYPES[dtype]
     l1 = _cache_size(1, 32 << 10)
     l2 = _cache_size(2, 1 << 20)
-    if _has_avx512():
+    if host_has_avx512():
         vw, mr, nv = 64 // size, 6, 4  # 24 zmm accumulators + 4 B vectors + broadcast
     else:
         vw, mr, nv = 32 // size, 6, 2  # 12 ymm accumulators + 2 B vectors + broadcast

@@ -20,9 +20,13 @@ def _initialise() -> None:
 
 
 @functools.cache
-def _has_avx512() -> bool:
+def host_has_avx512() -> bool:
+    """True when the host CPU has AVX-512F (512-bit vectors, vscalef, mask registers)."""
     _initialise()
-    return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    try:
+        return bool(llvm.get_host_cpu_features().get("avx512f", False))
+    except RuntimeError:  # host features unknown to LLVM: assume the portable code
+        return False
 
 
 @functools.cache
@@ -38,7 +42,7 @@ def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
         # 512-bit vectors: the host tuning prefers 256 bits, which halves our vector loops
-        features=llvm.get_host_cpu_features().flatten() + (",-prefer-256-bit" if _has_avx512() else ""),
+        features=llvm.get_host_cpu_features().flatten() + (",-prefer-256-bit" if host_has_avx512() else ""),
         opt=opt,
         reloc="default",
         codemodel="jitdefault",

@@ -22,13 +22,20 @@ from tensorlang import ir
 from tensorlang.dtypes import ScalarType
 
 from . import values as V
-from .astgen import Leaf, LoopAst, Phase
+from .astgen import Footprint, Leaf, LoopAst, Phase
 from .builtins import emit_builtin
 from .gemm import declare_gemm
 from .storage import ContractedTemporary
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
+
+
+#: Footprints larger than this are not prefetched (they would not stay in L2 for long).
+PREFETCH_MAX_BYTES = 256 << 10
+#: llvm.prefetch locality: 2 = prefetcht1, into L2 (and L3).
+PREFETCH_LOCALITY = 2
+CACHE_LINE = 64
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,10 @@ class Lowering:
         plans: Mapping[str, ContractionPlan] | None = None,
         contracted: Mapping[str, ContractedTemporary] | None = None,
         layouts: Mapping[str, tuple[int, ...]] | None = None,
+        prefetch: bool = True,
     ):
         self.scop = scop
+        self.prefetch = prefetch
         self.plans = dict(plans or {})
         self.contracted = dict(contracted or {})
         self.layouts = dict(layouts or {})  # tensor → storage order of its dimensions
@@ -84,6 +93,7 @@ class Lowering:
         self.param_values = param_values
         self.restrict_next_for = False  # the phase's parallel loop runs only iterations [lo, hi)
         self.restrict_gemm_rows = False  # a lone contraction phase splits its M rows instead
+        self.prefetch_next_for: tuple[Footprint, ...] = ()  # what the phase's outer loop prefetches
         self.leaf_statement: PolyLeafContext | None = None
         self.phase_functions: list[ll.Function] = []
 
@@ -94,6 +104,7 @@ class Lowering:
             self._begin_phase(n)
             self.restrict_next_for = phase.loop is not None
             self.restrict_gemm_rows = gemm_phase(phase, self.plans) is not None
+            self.prefetch_next_for = self.prefetched(phase) if self.prefetch else ()
             self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
         self._emit_entry()
@@ -188,6 +199,7 @@ class Lowering:
             return
         b = self.b
         restricted, self.restrict_next_for = self.restrict_next_for, False
+        footprints, self.prefetch_next_for = self.prefetch_next_for, ()
         if restricted:  # this thread runs the iterations in [lo, hi) only
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
         pre = b.block
@@ -204,8 +216,11 @@ class Lowering:
             cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
         b.cbranch(cond, body, exit_)
         b.position_at_end(body)
+        inc = self.ast_expr(node.for_get_inc(), inner)
+        if footprints:
+            self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
         self.emit_node(node.for_get_body(), inner)
-        step = b.add(iv, self.ast_expr(node.for_get_inc(), inner), flags=["nsw"])
+        step = b.add(iv, inc, flags=["nsw"])
         iv.add_incoming(step, b.block)
         b.branch(header)
         b.position_at_end(exit_)
@@ -327,6 +342,81 @@ class Lowering:
                 self.workspace,
             ],
         )  # fmt: skip
+
+    # ------------------------------------------------------------------ prefetching
+
+    def prefetched(self, phase: Phase) -> tuple[Footprint, ...]:
+        """The footprints worth prefetching: tensors in their plain row-major storage (not a
+        per-thread contracted slice, which stays in cache, nor a relayout), outside GEMM phases."""
+        if gemm_phase(phase, self.plans) is not None or any(s in self.plans for s in phase.statements):
+            return ()
+        return tuple(
+            f for f in phase.footprints if f.tensor not in self.contracted and f.tensor not in self.layouts
+        )
+
+    def emit_prefetch(
+        self,
+        loop: isl.AstNode,
+        iterator: str,
+        next_iv: ll.Value,
+        env: dict[str, ll.Value],
+        footprints: tuple[Footprint, ...],
+    ) -> None:
+        """At the top of an iteration of a phase's outer loop: prefetch, one cache line at a
+        time, what the next iteration reads. Rows a body makes several passes over (softmax:
+        max, exp and sum, divide) then arrive while this row computes instead of after it; the
+        hardware prefetcher stops at page boundaries and a 4 KiB row is one page. Only
+        contiguous footprints (the box covers at least half of its address range) of at most
+        PREFETCH_MAX_BYTES are fetched, and nothing past the loop's last iteration."""
+        b = self.b
+        nxt = {**env, iterator: next_iv}
+        with b.if_then(self.ast_expr(loop.for_get_cond(), nxt)):
+            for f in footprints:
+                t = self.program.tensor(f.tensor)
+                size = max(1, t.dtype.bits // 8)  # bool is stored as one byte
+                lo = [self.ast_expr(e, nxt) for e in f.lo]
+                hi = [self.ast_expr(e, nxt) for e in f.hi]
+                strides = self.element_strides(f.tensor)
+                first = last = ll.Constant(V.I64, 0)
+                count: ll.Value = ll.Constant(V.I64, 1)
+                for lo_d, hi_d, stride in zip(lo, hi, strides):
+                    first = b.add(first, b.mul(lo_d, stride))
+                    last = b.add(last, b.mul(hi_d, stride))
+                    count = b.mul(count, b.add(b.sub(hi_d, lo_d), ll.Constant(V.I64, 1)))
+                span = b.add(b.sub(last, first), ll.Constant(V.I64, 1))
+                worth = b.and_(
+                    b.icmp_signed("<=", span, b.mul(count, ll.Constant(V.I64, 2))),
+                    b.icmp_signed("<=", span, ll.Constant(V.I64, PREFETCH_MAX_BYTES // size)),
+                )
+                worth = b.and_(worth, b.icmp_signed(">", span, ll.Constant(V.I64, 0)))
+                with b.if_then(worth):
+                    start = b.bitcast(b.gep(self.pointers[f.tensor], [first]), V.I8.as_pointer())
+                    self.emit_prefetch_lines(start, b.mul(span, ll.Constant(V.I64, size)))
+
+    def emit_prefetch_lines(self, start: ll.Value, nbytes: ll.Value) -> None:
+        """for (o = 0; o < nbytes; o += 64) prefetch(start + o) into L2."""
+        b = self.b
+        fn = self.module.globals.get("llvm.prefetch.p0")
+        if fn is None:
+            fn = ll.Function(
+                self.module,
+                ll.FunctionType(ll.VoidType(), [V.I8.as_pointer(), V.I32, V.I32, V.I32]),
+                "llvm.prefetch.p0",
+            )
+        pre = b.block
+        loop = self.body.append_basic_block("prefetch.loop")
+        done = self.body.append_basic_block("prefetch.done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        offset = b.phi(V.I64, "prefetch.offset")
+        offset.add_incoming(ll.Constant(V.I64, 0), pre)
+        # rw = read, locality 2 (prefetcht1: into L2 and below), data cache
+        args = [ll.Constant(V.I32, 0), ll.Constant(V.I32, PREFETCH_LOCALITY), ll.Constant(V.I32, 1)]
+        b.call(fn, [b.gep(start, [offset]), *args])
+        nxt = b.add(offset, ll.Constant(V.I64, CACHE_LINE))
+        offset.add_incoming(nxt, loop)
+        b.cbranch(b.icmp_signed("<", nxt, nbytes), loop, done)
+        b.position_at_end(done)
 
     def size_value(self, expr) -> ll.Value:
         """A size expression's value (the code is specialised, so it is a constant)."""
@@ -510,9 +600,11 @@ def lower_to_llvm(
     plans: Mapping[str, ContractionPlan] | None = None,
     contracted: Mapping[str, ContractedTemporary] | None = None,
     layouts: Mapping[str, tuple[int, ...]] | None = None,
+    prefetch: bool = True,
 ) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
-    return Lowering(scop, ast, layout, param_values, fast_math, plans, contracted, layouts).run(), layout
+    lowering = Lowering(scop, ast, layout, param_values, fast_math, plans, contracted, layouts, prefetch)
+    return lowering.run(), layout
 
 
 def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:

@@ -74,6 +74,7 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 
 from .floatir import FloatIR
+from .jit import host_has_avx512
 
 __all__ = ["VECMATH_BUILTINS", "emit_vecmath"]
 
@@ -111,6 +112,20 @@ _EXP10_D = (
     0.019597694647788513, 0.0680893652040292, 0.2069958486967784, 0.5393829291950359,
     1.1712551489122671, 2.034678592293477, 2.650949055239199,
 )  # fmt: skip
+# float32 with AVX-512 (the vscalef form): (b^r - 1) / r on |r| <= log_b(2)/2, degree 5
+_EXPQ_F = {
+    "e": (
+        0.0013935451861470938, 0.00837059784680605, 0.04166644811630249, 0.16666491329669952, 0.5, 1.0,
+    ),
+    "2": (
+        0.0001545517152408138, 0.0013393183471634984, 0.009618078358471394, 0.05550352856516838,
+        0.24022650718688965, 0.6931471824645996,
+    ),
+    "10": (
+        0.2076898068189621, 0.5417949557304382, 1.1712490320205688, 2.0346572399139404,
+        2.650949001312256, 2.3025851249694824,
+    ),
+}  # fmt: skip
 # (2 atanh(s)/s - 2) / s² in z = s² on [0, ((√2-1)/(√2+1))²]
 _LOG_F = (0.2960069179534912, 0.3998831808567047, 0.6666668653488159)
 _LOG_D = (
@@ -249,6 +264,14 @@ class _V(FloatIR):
         n2 = self.b.sub(n, n1)
         return self.mul(self.mul(p, self.pow2(n1)), self.pow2(n2))
 
+    def ldexp(self, p, n):
+        """p·2^n for an integer vector n (llvm.ldexp: one vscalefps on AVX-512)."""
+        name = f"llvm.ldexp.{self.sfx}.i{self.ity.width}"
+        fn = self.mod.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.mod, ir.FunctionType(self.ty, [self.ty, self.ity]), name)
+        return self.b.call(fn, [p, n])
+
     def nan_passthrough(self, x, r):
         return self.sel(self.isnan(x), self.add(x, x), r)
 
@@ -306,6 +329,35 @@ def _exp_base(base: str) -> Callable[[_V, ir.Value], ir.Value]:
             n, r, dr = _reduce(v, xc, k.log2e, k.ln2)
         p = _one_plus(v, *_expm1_reduced(v, base, r, dr))
         return v.nan_passthrough(x, v.scale2(p, v.to_int(n)))
+
+    return body
+
+
+_ROUND_MAGIC_F = 12582912.0  # 1.5·2^23: adding it rounds a float32 of magnitude < 2^22 to an integer
+
+
+def _exp_scalef_f32(base: str) -> Callable[[_V, ir.Value], ir.Value]:
+    """float32 b^x in 14 vector operations, for hosts with AVX-512 (see the module docstring)."""
+
+    def body(v: _V, x):
+        k = v.k
+        lo, hi = {"2": (k.exp2_lo, k.exp2_hi), "10": (k.exp10_lo, k.exp10_hi)}.get(base, (k.exp_lo, k.exp_hi))
+        # clamp with compare-and-select, which keeps NaN (one vmaxps / vminps each)
+        xc = v.sel(v.cmp("<", x, v.c(lo)), v.c(lo), x)
+        xc = v.sel(v.cmp(">", xc, v.c(hi)), v.c(hi), xc)
+        magic = v.c(_ROUND_MAGIC_F)
+        # n = x·log_b(2) rounded to an integer by the magic addition; its bits hold n as well
+        t = v.add(xc, magic) if base == "2" else v.fma(xc, v.c(k.log2e if base == "e" else k.log2_10), magic)
+        n = v.sub(t, magic)
+        n_int = v.b.sub(v.bits(t), v.bits(magic))  # an integer for NaN too (no fptosi poison)
+        if base == "2":
+            r = v.sub(xc, n)  # exact
+        else:
+            c_hi, c_lo = k.ln2 if base == "e" else k.lg2
+            neg_n = v.b.fneg(n)
+            r = v.fma(neg_n, v.c(c_lo), v.fma(neg_n, v.c(c_hi), xc))
+        p = v.fma(r, v.horner(r, _EXPQ_F[base]), v.c(1.0))  # b^r
+        return v.ldexp(p, n_int)  # p·2^n rounded once (vscalefps): overflow, subnormals, NaN
 
     return body
 
@@ -491,9 +543,19 @@ _BODIES: dict[str, Callable[[_V, ir.Value], ir.Value]] = {
 VECMATH_BUILTINS: frozenset[str] = frozenset(_BODIES)
 
 
-def emit_vecmath(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.Value:
+_SCALEF_F32: dict[str, Callable[[_V, ir.Value], ir.Value]] = {
+    "exp": _exp_scalef_f32("e"),
+    "exp2": _exp_scalef_f32("2"),
+    "exp10": _exp_scalef_f32("10"),
+}
+
+
+def emit_vecmath(
+    builder: ir.IRBuilder, name: str, args: list[ir.Value], *, scalef: bool | None = None
+) -> ir.Value:
     """Emit `name(args[0])` for a float / double value as a call of an internal alwaysinline
-    function defined (once per module) with a branch-free body."""
+    function defined (once per module) with a branch-free body. `scalef` selects the float32
+    exp / exp2 / exp10 bodies that need AVX-512 (default: when the host has it)."""
     if name not in _BODIES:
         raise ValueError(f"no vectorisable implementation of {name!r}")
     (x,) = args
@@ -501,7 +563,11 @@ def emit_vecmath(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.V
     if not isinstance(ty, ir.FloatType | ir.DoubleType):
         raise ValueError(f"{name}: unsupported argument type {ty}")
     v = _V(builder, ty)
-    fname = f"__tl_vm_{name}_{v.sfx}"
+    if scalef is None:
+        scalef = host_has_avx512()
+    use_scalef = scalef and v.f32 and name in _SCALEF_F32
+    body = _SCALEF_F32[name] if use_scalef else _BODIES[name]
+    fname = f"__tl_vm_{name}_{v.sfx}" + ("_scalef" if use_scalef else "")
     mod = builder.module
     fn = mod.globals.get(fname)
     if fn is None:
@@ -510,5 +576,5 @@ def emit_vecmath(builder: ir.IRBuilder, name: str, args: list[ir.Value]) -> ir.V
         for attr in ("nounwind", "alwaysinline"):
             fn.attributes.add(attr)
         inner = _V(ir.IRBuilder(fn.append_basic_block("entry")), ty)
-        inner.b.ret(_BODIES[name](inner, fn.args[0]))
+        inner.b.ret(body(inner, fn.args[0]))
     return builder.call(fn, [x])

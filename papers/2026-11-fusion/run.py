@@ -164,10 +164,13 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
     rng = np.random.default_rng(0)
     rows = []
-    for name, src, np_fn, shapes in kernels(quick):
+    chosen = [k for k in kernels(quick) if only is None or k[0] in only]
+    if only is not None and len(chosen) != len(only):
+        raise SystemExit(f"unknown kernel in {only}; choose from {[k[0] for k in kernels(quick)]}")
+    for name, src, np_fn, shapes in chosen:
         inputs = [rng.uniform(-1, 1, size=s).astype(F32) for s in shapes]
         expected = np_fn(*inputs)
         expected = expected if isinstance(expected, tuple) else (expected,)
@@ -268,11 +271,12 @@ def main(argv=None) -> int:
         "--out", type=Path, help="output folder (default results/ here; a temp folder with --quick)"
     )
     ap.add_argument("--repeats", type=int)
+    ap.add_argument("--kernels", help="comma-separated subset, e.g. softmax,layernorm")
     args = ap.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 11)
     out = args.out or (Path(tempfile.mkdtemp(prefix="tl-fusion-")) if args.quick else HERE / "results")
     out.mkdir(parents=True, exist_ok=True)
-    results = run(args.quick, repeats)
+    results = run(args.quick, repeats, args.kernels.split(",") if args.kernels else None)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(markdown(results) + "\n")
     print(markdown(results))

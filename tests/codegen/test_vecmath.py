@@ -333,10 +333,11 @@ def test_builtins_route_to_vecmath():
     text = str(mod)
     for name in NAMES:
         for sfx in ("f32", "f64"):
-            assert len(re.findall(rf"define internal \w+ @\"?__tl_vm_{name}_{sfx}\b", text)) == 1
+            assert len(re.findall(rf"define internal \w+ @\"?__tl_vm_{name}_{sfx}(_scalef)?\b", text)) == 1
     declared = re.findall(r"^declare .*?@\"?([\w.]+)", text, re.M)
     assert all(
-        d.startswith(("llvm.fma", "llvm.rint", "llvm.fabs", "llvm.copysign", "llvm.m")) for d in declared
+        d.startswith(("llvm.fma", "llvm.rint", "llvm.fabs", "llvm.copysign", "llvm.m", "llvm.ldexp"))
+        for d in declared
     )
     llvm.parse_assembly(text).verify()
 
@@ -383,3 +384,44 @@ def test_speed_report(compiled, capsys):
     with capsys.disabled():
         print("\nns/element, 4M elements:  vecmath   libm-path   numpy")
         print("\n".join(rows))
+
+
+# ---------------------------------------------------------------------------------------------
+# Both float32 exp-family implementations, whatever the host: the vscalef form (chosen on
+# AVX-512 hosts) and the portable one (elsewhere)
+# ---------------------------------------------------------------------------------------------
+
+EXP_FAMILY = ("exp", "exp2", "exp10")
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["scalef", "portable"])
+def exp_variant(request):
+    mod = ir.Module(name=f"exp_variant_{request.param}")
+    for name in EXP_FAMILY:
+        _loop(mod, f"f_{name}", ir.FloatType(),
+              lambda b, x, nm=name: emit_vecmath(b, nm, [x], scalef=request.param))  # fmt: skip
+    return Compiled(mod, np.float32)
+
+
+@pytest.mark.parametrize("name", EXP_FAMILY)
+def test_exp_family_variants_accuracy_and_specials(exp_variant, name):
+    x = sample(name, np.float32, 1 << 18, seed=11)
+    got = exp_variant(name, x)
+    err, nan_mismatch = ulp_errors(got, reference(name, x))
+    assert not nan_mismatch.any() and err.max() <= 1, (name, int(err.max()))
+    for xv, want in ((NAN, NAN), (INF, INF), (-INF, 0.0), (0.0, 1.0), (-0.0, 1.0), (1e4, INF), (-1e4, 0.0)):
+        _check({np.float32: exp_variant}, np.float32, name, xv, want)
+
+
+def test_exp_variants_subnormal_results_and_overflow(exp_variant):
+    fi = np.finfo(np.float32)
+    for name, f in (("exp", math.log), ("exp2", math.log2), ("exp10", math.log10)):
+        # just below overflow, just above; smallest normal and subnormal results; below them
+        x = np.array([np.nextafter(np.float32(f(float(fi.max))), np.float32(0)), f(float(fi.max)) * (1 + 4 * float(fi.eps)),
+                      f(float(fi.tiny)), f(float(fi.smallest_subnormal)), f(float(fi.smallest_subnormal)) - 1],
+                     dtype=np.float32)  # fmt: skip
+        got = exp_variant(name, x)
+        assert np.isfinite(got[0]) and got[1] == np.inf, name
+        assert got[2] > 0 and got[3] > 0 and got[4] == 0, name
+        err, _ = ulp_errors(got, reference(name, x))
+        assert err.max() <= 1, (name, x, got)
