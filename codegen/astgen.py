@@ -42,11 +42,13 @@ class Footprint:
 @dataclass(frozen=True)
 class Phase:
     """One top-level loop nest. `loop` is its outermost for node when that loop is parallel;
-    `footprints` what one iteration of its outermost loop (parallel or not) reads."""
+    `outer` that for node whether parallel or not, and `footprints` what one of its iterations
+    reads."""
 
     node: isl.AstNode
     loop: isl.AstNode | None
     statements: tuple[str, ...]
+    outer: isl.AstNode | None = None
     footprints: tuple[Footprint, ...] = ()
 
 
@@ -138,7 +140,7 @@ def _iteration_footprints(build: isl.AstBuild, reads: isl.UnionMap) -> tuple[Foo
         n = m.dim(isl.dim_type.out)
         lo = [m.dim_min(d) for d in range(n)]
         hi = [m.dim_max(d) for d in range(n)]
-        if not any(a.involves_dims(isl.dim_type.in_, 0, 1) for a in lo + hi):
+        if not any(aff.involves_dims(isl.dim_type.in_, 0, 1) for pa in lo + hi for _, aff in pa.get_pieces()):
             continue  # the same elements every iteration: nothing new to fetch
         found.append(
             Footprint(
@@ -180,6 +182,7 @@ def _phases(
                 top,
                 inner if is_parallel_for else None,
                 _statements_under(top, leaves),
+                inner if is_for else None,
                 footprints[_footprint_key(inner)] if is_for else (),
             )
         )
@@ -256,7 +259,18 @@ def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None
         return args[0] % args[1]
     if op in (T.select, T.cond):
         return args[1] if args[0] else args[2]
-    return None
+    compare = {
+        T.eq: lambda a, b: a == b,
+        T.le: lambda a, b: a <= b,
+        T.lt: lambda a, b: a < b,
+        T.ge: lambda a, b: a >= b,
+        T.gt: lambda a, b: a > b,
+        T.and_: lambda a, b: bool(a and b),
+        T.and_then: lambda a, b: bool(a and b),
+        T.or_: lambda a, b: bool(a or b),
+        T.or_else: lambda a, b: bool(a or b),
+    }.get(op)
+    return int(compare(*args)) if compare is not None else None
 
 
 def loop_range(loop: isl.AstNode, values: Mapping[str, int]) -> tuple[int, int, int] | None:

@@ -24,7 +24,14 @@ from .astgen import LoopAst, build_ast, loop_range
 from .gemm import shared_gemm, workspace_bytes
 from .jit import MachineCode, assembly_of, jit, optimise
 from .loops import loops_text
-from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, gemm_phase, lower_to_llvm
+from .lower import (
+    ERROR_DIVISION,
+    ERROR_INDEX,
+    KernelLayout,
+    gemm_phase,
+    lower_to_llvm,
+    prefetched_footprints,
+)
 from .parallel import PhasePlan, Workspaces, run_phases
 from .storage import (
     ContractedTemporary,
@@ -60,6 +67,7 @@ class Kernel:
         self.schedule = schedule
         self.scop: Scop = schedule.scop
         self.options = options
+        self._prefetch = options.optimize and options.prefetch
         self._syntax_text = syntax_text
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
         self._input_dims = args_.input_dims(program)
@@ -255,6 +263,7 @@ class Kernel:
                 plans,
                 contracted,
                 layouts,
+                self._prefetch,
             )
             for plan in plans.values():  # GEMM bodies are compiled once per process and linked
                 shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
@@ -280,7 +289,9 @@ class Kernel:
         if self._generic is None:
             try:
                 ast = build_ast(self.schedule, None)
-                module, layout = lower_to_llvm(self.scop, ast, None, self.options.fast_math)
+                module, layout = lower_to_llvm(
+                    self.scop, ast, None, self.options.fast_math, prefetch=self._prefetch
+                )
                 code = jit(module, vectorize=self.options.vectorize)
             except (isl.Error, RuntimeError) as exc:
                 raise TensorLangError(
@@ -372,17 +383,30 @@ class Kernel:
             scop, plans = plan_contractions(self.scop, sizes)
             if plans:
                 ast = build_ast(self._contraction_schedule(scop, plans), sizes)
+        contracted, layouts = {}, {}
+        if sizes is not None and self.options.optimize and self.options.specialize:
+            gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
+            shapes = self._shapes(sizes)
+            contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
+            layouts = plan_layouts(self.program, plans, {**shapes, **self._input_shapes(sizes)})
         if stage == "loops":
-            text = loops_text(scop, ast, plans)
-            if sizes is not None and self.options.optimize and self.options.specialize:
-                gemm_bytes = max(
-                    (workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0
-                )
-                report = storage_report(plan_storage(scop, ast, self._shapes(sizes), plans, gemm_bytes))
-                text = f"{report}\n{text}" if report else text
-            return text
+            prefetch = {}
+            if self._prefetch:
+                excluded = set(contracted) | set(layouts)
+                for phase in ast.phases:
+                    values = (
+                        self._param_values(sizes) if sizes is not None and self.options.specialize else None
+                    )
+                    fetched = prefetched_footprints(phase, self.program, plans, excluded, values)
+                    if fetched and phase.outer is not None:
+                        prefetch[phase.outer.get_annotation().get_name()] = tuple(f.tensor for f in fetched)
+            text = loops_text(scop, ast, plans, prefetch)
+            report = storage_report(contracted)
+            return f"{report}\n{text}" if report else text
         values = self._param_values(sizes) if sizes is not None else None
-        module, _ = lower_to_llvm(scop, ast, values, self.options.fast_math, plans)
+        module, _ = lower_to_llvm(
+            scop, ast, values, self.options.fast_math, plans, contracted, layouts, self._prefetch
+        )
         if stage == "llvm":
             return str(optimise(module, vectorize=self.options.vectorize))
         return assembly_of(module)

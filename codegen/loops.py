@@ -62,8 +62,15 @@ def statement_text(
     return f"{lhs} = {st.op}({lhs}, {rhs});"
 
 
-def loops_text(scop: Scop, ast: LoopAst, plans: Mapping[str, ContractionPlan] | None = None) -> str:
+def loops_text(
+    scop: Scop,
+    ast: LoopAst,
+    plans: Mapping[str, ContractionPlan] | None = None,
+    prefetch: Mapping[str, tuple[str, ...]] | None = None,
+) -> str:
+    """`prefetch`: outer loop annotation → tensors its iterations prefetch one iteration ahead."""
     plans = plans or {}
+    prefetch = prefetch or {}
     lines: list[str] = []
 
     def emit(node: isl.AstNode, depth: int) -> None:
@@ -96,6 +103,11 @@ def loops_text(scop: Scop, ast: LoopAst, plans: Mapping[str, ContractionPlan] | 
             else:
                 cond = node.for_get_cond().to_C_str()
                 inc = node.for_get_inc().to_C_str()
+                fetched = prefetch.get(node.get_annotation().get_name())
+                if fetched:
+                    lines.append(
+                        f"{pad}// each iteration prefetches what the next reads of {', '.join(fetched)}"
+                    )
                 lines.append(f"{pad}for (int64 {it} = {init}; {cond}; {it} += {inc}) {{")
             emit(node.for_get_body(), depth + 1)
             lines.append(f"{pad}}}")

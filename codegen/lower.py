@@ -22,7 +22,7 @@ from tensorlang import ir
 from tensorlang.dtypes import ScalarType
 
 from . import values as V
-from .astgen import Footprint, Leaf, LoopAst, Phase
+from .astgen import Footprint, Leaf, LoopAst, Phase, evaluate_ast_int
 from .builtins import emit_builtin
 from .gemm import declare_gemm
 from .storage import ContractedTemporary
@@ -31,8 +31,10 @@ ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
 
 
-#: Footprints larger than this are not prefetched (they would not stay in L2 for long).
+#: Footprints larger than this are not prefetched (they would not stay in L2 for long), nor
+#: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
 PREFETCH_MAX_BYTES = 256 << 10
+PREFETCH_MIN_BYTES = 1 << 10
 #: llvm.prefetch locality: 2 = prefetcht1, into L2 (and L3).
 PREFETCH_LOCALITY = 2
 CACHE_LINE = 64
@@ -346,13 +348,8 @@ class Lowering:
     # ------------------------------------------------------------------ prefetching
 
     def prefetched(self, phase: Phase) -> tuple[Footprint, ...]:
-        """The footprints worth prefetching: tensors in their plain row-major storage (not a
-        per-thread contracted slice, which stays in cache, nor a relayout), outside GEMM phases."""
-        if gemm_phase(phase, self.plans) is not None or any(s in self.plans for s in phase.statements):
-            return ()
-        return tuple(
-            f for f in phase.footprints if f.tensor not in self.contracted and f.tensor not in self.layouts
-        )
+        excluded = set(self.contracted) | set(self.layouts)
+        return prefetched_footprints(phase, self.program, self.plans, excluded, self.param_values)
 
     def emit_prefetch(
         self,
@@ -366,14 +363,15 @@ class Lowering:
         time, what the next iteration reads. Rows a body makes several passes over (softmax:
         max, exp and sum, divide) then arrive while this row computes instead of after it; the
         hardware prefetcher stops at page boundaries and a 4 KiB row is one page. Only
-        contiguous footprints (the box covers at least half of its address range) of at most
-        PREFETCH_MAX_BYTES are fetched, and nothing past the loop's last iteration."""
+        contiguous footprints (the box covers at least half of its address range) of
+        PREFETCH_MIN_BYTES to PREFETCH_MAX_BYTES are fetched, and nothing past the loop's last
+        iteration."""
         b = self.b
         nxt = {**env, iterator: next_iv}
         with b.if_then(self.ast_expr(loop.for_get_cond(), nxt)):
             for f in footprints:
                 t = self.program.tensor(f.tensor)
-                size = max(1, t.dtype.bits // 8)  # bool is stored as one byte
+                size = _element_bytes(t)
                 lo = [self.ast_expr(e, nxt) for e in f.lo]
                 hi = [self.ast_expr(e, nxt) for e in f.hi]
                 strides = self.element_strides(f.tensor)
@@ -388,7 +386,9 @@ class Lowering:
                     b.icmp_signed("<=", span, b.mul(count, ll.Constant(V.I64, 2))),
                     b.icmp_signed("<=", span, ll.Constant(V.I64, PREFETCH_MAX_BYTES // size)),
                 )
-                worth = b.and_(worth, b.icmp_signed(">", span, ll.Constant(V.I64, 0)))
+                worth = b.and_(
+                    worth, b.icmp_signed(">=", span, ll.Constant(V.I64, -(-PREFETCH_MIN_BYTES // size)))
+                )
                 with b.if_then(worth):
                     start = b.bitcast(b.gep(self.pointers[f.tensor], [first]), V.I8.as_pointer())
                     self.emit_prefetch_lines(start, b.mul(span, ll.Constant(V.I64, size)))
@@ -605,6 +605,55 @@ def lower_to_llvm(
     layout = kernel_layout(scop)
     lowering = Lowering(scop, ast, layout, param_values, fast_math, plans, contracted, layouts, prefetch)
     return lowering.run(), layout
+
+
+def prefetched_footprints(
+    phase: Phase,
+    program: ir.Program,
+    plans: Mapping[str, ContractionPlan],
+    excluded: set[str],
+    values: Mapping[str, int] | None = None,
+) -> tuple[Footprint, ...]:
+    """What a phase prefetches one outer iteration ahead: reads of tensors in plain row-major
+    storage (`excluded` holds per-thread contracted slices, which stay in cache, and relayouts),
+    outside phases with GEMM calls, which pack their operands themselves. With the parameter
+    `values` of a specialised kernel, footprints that are not worth it at the loop's first
+    iteration are left out here; otherwise the generated code checks at run time."""
+    if any(s in plans for s in phase.statements):
+        return ()
+    chosen = []
+    for f in phase.footprints:
+        if f.tensor in excluded:
+            continue
+        if values is not None and phase.outer is not None:
+            first = evaluate_ast_int(phase.outer.for_get_init(), values)
+            iterator = phase.outer.for_get_iterator().get_id().get_name()
+            at_first = {**values, iterator: first} if first is not None else values
+            lo = [evaluate_ast_int(e, at_first) for e in f.lo]
+            hi = [evaluate_ast_int(e, at_first) for e in f.hi]
+            if None not in lo and None not in hi:
+                extents = [values.get(f"{f.tensor}.{d}") for d in range(len(lo))]
+                if None not in extents and not _worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
+                    continue
+        chosen.append(f)
+    return tuple(chosen)
+
+
+def _worth_prefetching(lo: list[int], hi: list[int], extents: list[int], tensor: ir.Tensor) -> bool:
+    """The box is contiguous enough (it covers at least half of the address range from its first
+    to its last element) and small enough."""
+    span, count, stride = 1, 1, 1
+    for d in reversed(range(len(lo))):
+        if hi[d] < lo[d]:
+            return False
+        span += (hi[d] - lo[d]) * stride
+        count *= hi[d] - lo[d] + 1
+        stride *= extents[d]
+    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * _element_bytes(tensor) <= PREFETCH_MAX_BYTES
+
+
+def _element_bytes(tensor: ir.Tensor) -> int:
+    return max(1, tensor.dtype.bits // 8)  # bool is stored as one byte
 
 
 def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:

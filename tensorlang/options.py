@@ -21,6 +21,8 @@ class Options:
     vectorize: let LLVM vectorise (loop and SLP vectorisers).
     threads: number of threads for parallel loops (default: TENSORLANG_NUM_THREADS or all cores).
     fast_math: allow floating-point reassociation (changes rounding).
+    prefetch: at the top of each iteration of a loop nest's outer loop, prefetch the rows the
+        next iteration reads (helps bodies that make several passes over a row, like softmax).
     specialize: generate code for the concrete sizes of each call (cached per shape).
     optimize: False runs the statements in source order with no scheduling, post-passes,
         contraction path or threads: the untransformed reference that transformations are
@@ -33,6 +35,7 @@ class Options:
     vectorize: bool = True
     threads: int | None = None
     fast_math: bool = False
+    prefetch: bool = True
     specialize: bool = True
     optimize: bool = True
 

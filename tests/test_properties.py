@@ -152,7 +152,9 @@ def test_several_statements_with_temporaries(data, n, k):
 
 
 @SETTINGS
-@given(data=st.data(), n=SIZES, k=SIZES, fusion=st.sampled_from(["auto", "max"]), threads=st.sampled_from([1, 2]))
+@given(
+    data=st.data(), n=SIZES, k=SIZES, fusion=st.sampled_from(["auto", "max"]), threads=st.sampled_from([1, 2])
+)
 def test_fusion_strategies_match_no_fusion(data, n, k, fusion, threads):
     """Generated multi-statement programs: every fusion strategy gives fusion="none"'s results."""
     e1_tc, _ = data.draw(elementwise_expr([("A(i, r)", "A")], depth=2))

@@ -80,8 +80,10 @@ KERNELS = {
 }
 
 OPTION_GRID = [
-    dict(zip(("tile", "fusion", "unroll", "threads"), combo))
-    for combo in itertools.product([None, (3, 5, 7), (16,)], ["auto", "max", "none"], [None, 2, 3], [1, 2])
+    dict(zip(("tile", "fusion", "unroll", "threads", "prefetch"), combo))
+    for combo in itertools.product(
+        [None, (3, 5, 7), (16,)], ["auto", "max", "none"], [None, 2, 3], [1, 2], [True, False]
+    )
 ]
 
 
@@ -125,12 +127,12 @@ OPTION_SAMPLE = [
     {"tile": None, "fusion": "auto", "unroll": None, "threads": 1},
     {"tile": (3, 5, 7), "fusion": "max", "unroll": 2, "threads": 2},
     {"tile": (16,), "fusion": "none", "unroll": 3, "threads": 2},
-    {"tile": None, "fusion": "none", "unroll": 2, "threads": 1},
+    {"tile": None, "fusion": "none", "unroll": 2, "threads": 1, "prefetch": False},
     {"tile": (3, 5, 7), "fusion": "auto", "unroll": 3, "threads": 1},
     {"tile": (16,), "fusion": "max", "unroll": None, "threads": 1},
     {"tile": None, "fusion": "max", "unroll": 3, "threads": 2},
     {"tile": (3, 5, 7), "fusion": "none", "unroll": None, "threads": 2},
-    {"tile": (16,), "fusion": "auto", "unroll": 2, "threads": 2},
+    {"tile": (16,), "fusion": "auto", "unroll": 2, "threads": 2, "prefetch": False},
 ]
 
 
