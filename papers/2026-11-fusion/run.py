@@ -1,9 +1,14 @@
 """Graph-level fusion benchmark: fusion="auto" | "max" | "none" against NumPy (and PyTorch when present).
 
-Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--repeats N]
+Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--repeats N] [--kernels a,b]
 Single thread for every implementation (tensorlang Options(threads=1), OPENBLAS_NUM_THREADS=1,
-torch.set_num_threads(1)); medians of repeats measured interleaved in one process; peak memory
-of one call measured with tracemalloc (NumPy and tensorlang allocate through it).
+torch.set_num_threads(1)). Each repeat takes one sample of every implementation, in an order that
+rotates from repeat to repeat; a sample is a run of back-to-back calls (about SAMPLE_S seconds,
+at least 3 calls, as in the CPU-kernel suite). Reported: the median over repeats of the time per
+call of the calls after the first ("steady", what a loop calling the kernel sees), and the median
+of the first call of each sample ("after another", which runs right after a different
+implementation has evicted the caches and reshaped the heap). Peak memory of one call is measured
+with tracemalloc (NumPy and tensorlang allocate through it).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ REMOVED = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -155,6 +161,34 @@ def torch_peer(name):
     return lambda *arrays: impl(*[torch.from_numpy(a) for a in arrays])
 
 
+SAMPLE_S = 0.1
+
+
+def calls_per_sample(fn) -> int:
+    """Back-to-back calls in one sample: about SAMPLE_S seconds, 3 to 50 calls (after two warm-ups)."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return max(3, min(50, int(SAMPLE_S / max(time.perf_counter() - t0, 1e-6))))
+
+
+def timed_sample(fn, number: int) -> tuple[float, float]:
+    """(seconds of the first call, seconds per call of the other number - 1), garbage collector paused."""
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        for _ in range(number - 1):
+            fn()
+        t2 = time.perf_counter()
+    finally:
+        if gc_was:
+            gc.enable()
+    return t1 - t0, (t2 - t1) / (number - 1)
+
+
 def peak_bytes(fn) -> int:
     tracemalloc.start()
     try:
@@ -209,27 +243,38 @@ def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
         peer = torch_peer(name)
         if peer is not None:
             impls["torch"] = lambda p=peer, xs=inputs: p(*xs)
-        samples = {k: [] for k in impls}
+        number = {k: calls_per_sample(fn) for k, fn in impls.items()}
+        steady = {k: [] for k in impls}
+        first = {k: [] for k in impls}
         keys = list(impls)
-        for rep in range(repeats):  # interleaved: every implementation once per round, in rotating order
+        for rep in range(repeats):  # every implementation once per round, in rotating order
             for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:
-                t0 = time.perf_counter()
-                impls[key]()
-                samples[key].append(time.perf_counter() - t0)
-        medians = {k: statistics.median(v) for k, v in samples.items()}
+                t_first, t_rest = timed_sample(impls[key], number[key])
+                first[key].append(t_first)
+                steady[key].append(t_rest)
+        medians = {k: statistics.median(v) for k, v in steady.items()}
+        first_medians = {k: statistics.median(v) for k, v in first.items()}
         rows.append(
             {
                 "kernel": name,
                 "shapes": shapes,
                 "median_s": medians,
                 "ratio_to_numpy": {k: medians["numpy"] / v for k, v in medians.items()},
+                "calls_per_sample": number,
+                "after_another_median_s": first_medians,
+                "after_another_ratio_to_numpy": {
+                    k: first_medians["numpy"] / v for k, v in first_medians.items()
+                },
                 "peak_bytes": {k: peak_bytes(fn) for k, fn in impls.items()},
                 "correct": checks,
                 "decisions": decisions,
             }
         )
         print(
-            f"{name:16s} " + " ".join(f"{k}={medians['numpy'] / v:.2f}x" for k, v in medians.items()),
+            f"{name:16s} "
+            + " ".join(f"{k}={medians['numpy'] / v:.2f}x" for k, v in medians.items())
+            + "   after another: "
+            + " ".join(f"{k}={first_medians['numpy'] / v:.2f}x" for k, v in first_medians.items()),
             flush=True,
         )
     return {
@@ -243,6 +288,8 @@ def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
 def markdown(results: dict) -> str:
     keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch"]
     lines = [
+        "Steady state (median time per call of back-to-back calls; × = NumPy time / this time):",
+        "",
         "| kernel | "
         + " | ".join(keys)
         + " | auto vs none | peak MiB (numpy / auto / none) | regions (auto) | contracted (auto) |",
@@ -261,6 +308,18 @@ def markdown(results: dict) -> str:
             f"| {row['kernel']} | " + " | ".join(cells) + f" | {auto_vs_none:.2f}× | {mib} | "
             f"{' · '.join(dec['regions'])} | {', '.join(dec['contracted']) or '–'} |"
         )
+    lines += [
+        "",
+        "First call after a different implementation (caches and heap disturbed by it):",
+        "",
+        "| kernel | " + " | ".join(keys) + " |",
+        "|---|" + "---:|" * len(keys),
+    ]
+    for row in results["kernels"]:
+        med = row["after_another_median_s"]
+        ratio = row["after_another_ratio_to_numpy"]
+        cells = [f"{med[k] * 1e3:.2f} ms ({ratio[k]:.2f}×)" if k in med else "–" for k in keys]
+        lines.append(f"| {row['kernel']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import re
 import time
 
@@ -425,3 +426,19 @@ def test_exp_variants_subnormal_results_and_overflow(exp_variant):
         assert got[2] > 0 and got[3] > 0 and got[4] == 0, name
         err, _ = ulp_errors(got, reference(name, x))
         assert err.max() <= 1, (name, x, got)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["exp", "exp2"])
+def test_exp_scalef_on_every_kth_float32(name):
+    """Every STEP-th bit pattern of the 2^32 float32 inputs (STEP = TL_EXHAUSTIVE_STEP, default 97;
+    1 is the exhaustive check quoted in codegen/vecmath.py, about 9 minutes per function)."""
+    step = int(os.environ.get("TL_EXHAUSTIVE_STEP", "97"))
+    mod = ir.Module(name=f"every_{name}")
+    _loop(mod, "f_x", ir.FloatType(), lambda b, x: emit_vecmath(b, name, [x], scalef=True))
+    compiled = Compiled(mod, np.float32)
+    chunk = 1 << 26
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, step, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        err, nan_mismatch = ulp_errors(compiled("x", x), reference(name, x))
+        assert not nan_mismatch.any() and err.max() <= 1, (name, start, int(err.max()))
