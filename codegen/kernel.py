@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import warnings
 from collections.abc import Mapping
@@ -58,6 +59,15 @@ class Specialisation:
     layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
 
+    @functools.cached_property
+    def params_address(self) -> int:
+        return self.params.ctypes.data
+
+    @functools.cached_property
+    def workspace_slots(self) -> tuple[tuple[int, int], ...]:
+        """(index in the buffer list, offset in a thread's workspace) of each contracted temporary."""
+        return tuple((self.layout.tensors.index(name), c.offset) for name, c in self.contracted.items())
+
 
 class Kernel:
     """A compiled def. Call it with the inputs (NumPy arrays) in the def's order."""
@@ -75,6 +85,7 @@ class Kernel:
         self._uninitialised = frozenset(st.tensor for st in program.statements if st.uninitialized)
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
+        self._shape_cache: dict[tuple[int, ...], dict[str, tuple[int, ...]]] = {}
         self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
         self._generic = None  # (ast, machine code, layout) of the parametric kernel
         self._lock = threading.Lock()
@@ -124,7 +135,6 @@ class Kernel:
                     stacklevel=2,
                 )
             if t.name in spec.contracted:  # lives in the per-thread workspace instead
-                storage[t.name] = np.empty(1, dtype=t.dtype.numpy_name)
                 continue
             if t.name in spec.sharing:  # one allocation for temporaries that are never live together
                 storage[t.name] = shared_views[t.name]
@@ -159,6 +169,15 @@ class Kernel:
         return views
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Output and temporary shapes for these sizes, after checking the call-time requirements
+        (cached per set of sizes: only sizes that passed are cached)."""
+        key = tuple(sizes[s.name] for s in self.program.sizes)
+        shapes = self._shape_cache.get(key)
+        if shapes is None:
+            shapes = self._shape_cache[key] = self._compute_shapes(sizes)
+        return shapes
+
+    def _compute_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         for evaluate, requirement in self._requirements:
             value = evaluate(sizes)
             if value != 0:
@@ -179,9 +198,9 @@ class Kernel:
         return shapes
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
-        layout = spec.layout
-        addresses = [storage[n].ctypes.data for n in layout.tensors]
-        slots = [(layout.tensors.index(name), c.offset) for name, c in spec.contracted.items()]
+        # contracted temporaries have no storage of their own: their slots point into a workspace
+        addresses = [storage[n].ctypes.data if n in storage else 0 for n in spec.layout.tensors]
+        slots = spec.workspace_slots
         arrays = {}  # keeps each pointer array alive during the call
 
         def buffers_for(workspace: int) -> int:
@@ -194,7 +213,7 @@ class Kernel:
 
         threads = self.options.thread_count()
         code, error = run_phases(
-            spec.code.entry, buffers_for, spec.params.ctypes.data, spec.plans, threads, spec.workspaces
+            spec.code.entry, buffers_for, spec.params_address, spec.plans, threads, spec.workspaces
         )
         if code != 0:
             raise self._runtime_error(int(code), error)

@@ -54,20 +54,30 @@ def chunks(loop_range: tuple[int, int, int], parts: int) -> list[tuple[int, int]
 
 
 class Workspaces:
-    """Scratch buffers for packed operands, one per thread, 64-byte aligned, grown on demand."""
+    """Scratch buffers (packed GEMM operands, contracted temporaries), 64-byte aligned. A call
+    leases one per thread it runs and gives them back at the end, so calls of one kernel from
+    several Python threads at once never share scratch memory; idle buffers are kept for reuse."""
 
     def __init__(self, nbytes: int):
         self.nbytes = nbytes
-        self._buffers: list[np.ndarray] = []
+        self._idle: list[tuple[np.ndarray, int]] = []  # (buffer, aligned address)
         self._lock = threading.Lock()
 
-    def pointers(self, count: int) -> list[int]:
+    def lease(self, count: int) -> list[tuple[np.ndarray, int]]:
         if self.nbytes == 0:
-            return [0] * count
+            return [(None, 0)] * count
         with self._lock:
-            while len(self._buffers) < count:
-                self._buffers.append(np.empty(self.nbytes + 64, dtype=np.uint8))
-            return [(b.ctypes.data + 63) // 64 * 64 for b in self._buffers[:count]]
+            taken = [self._idle.pop() for _ in range(min(count, len(self._idle)))]
+        while len(taken) < count:
+            buf = np.empty(self.nbytes + 64, dtype=np.uint8)
+            taken.append((buf, (buf.ctypes.data + 63) // 64 * 64))
+        return taken
+
+    def give_back(self, leased: list[tuple[np.ndarray, int]]) -> None:
+        if self.nbytes == 0:
+            return
+        with self._lock:
+            self._idle.extend(leased)
 
 
 def run_phases(
@@ -78,6 +88,22 @@ def run_phases(
     `buffers_for(workspace)` gives the address of the tensor pointer array a thread with that
     workspace uses (contracted temporaries point into the thread's own workspace).
     """
+    leased = workspaces.lease(1)
+    try:
+        return _run_phases(entry, buffers_for, params, plans, threads, workspaces, leased)
+    finally:
+        workspaces.give_back(leased)
+
+
+def _run_phases(
+    entry,
+    buffers_for,
+    params,
+    plans: tuple[PhasePlan, ...],
+    threads: int,
+    workspaces: Workspaces,
+    leased: list[tuple[np.ndarray, int]],
+) -> tuple[int, np.ndarray]:
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
     for plan in plans:
@@ -85,16 +111,18 @@ def run_phases(
         if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
             pieces = chunks(plan.loop_range, threads)
         if len(pieces) <= 1:
-            ws = workspaces.pointers(1)[0]
+            ws = leased[0][1]
             code = entry(buffers_for(ws), params, error_ptr, plan.index, INT64_MIN, INT64_MAX, ws)
             if code:
                 return code, error
             continue
         errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
         pool = _executor(threads)
+        if len(leased) < len(pieces):  # this call's workspaces: one per piece, kept until it ends
+            leased.extend(workspaces.lease(len(pieces) - len(leased)))
         futures = [
             pool.submit(entry, buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws)
-            for err, (lo, hi), ws in zip(errors, pieces, workspaces.pointers(len(pieces)))
+            for err, (lo, hi), (_, ws) in zip(errors, pieces, leased)
         ]
         codes = [f.result() for f in futures]
         for code, err in zip(codes, errors):

@@ -1,4 +1,5 @@
-"""Shared pytest fixtures: the TC corpus from ../shared/tc_corpus/public.json."""
+"""Shared pytest fixtures: the TC corpus from ../shared/tc_corpus/public.json, and kernel sources
+several test modules use (`from conftest import SOFTMAX`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 CORPUS_PATH = REPO.parent / "shared" / "tc_corpus" / "public.json"
+
+# Row softmax in four statements: fused into one row loop, `e` contracted to a row buffer.
+SOFTMAX = """def softmax(float(N, D) I) -> (O) {
+    mx(n) max=! I(n, d)
+    e(n, d) = exp(I(n, d) - mx(n))
+    s(n) +=! e(n, d)
+    O(n, d) = e(n, d) / s(n)
+}"""
 
 
 def load_corpus() -> dict | None:

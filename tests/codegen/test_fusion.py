@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SOFTMAX
 
 import codegen.parallel
 import tensorlang as tl
-
-SOFTMAX = """def softmax(float(N, D) I) -> (O) {
-    mx(n) max=! I(n, d)
-    e(n, d) = exp(I(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}"""
 
 LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
     mean(n) +=! X(n, d) / D

@@ -4,16 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SOFTMAX
 
 import codegen.parallel
 import tensorlang as tl
 
-SOFTMAX = """def softmax(float(N, D) I) -> (O) {
-    mx(n) max=! I(n, d)
-    e(n, d) = exp(I(n, d) - mx(n))
-    s(n) +=! e(n, d)
-    O(n, d) = e(n, d) / s(n)
-}"""
 BIAS = "def bias(float(N, M) A, float(M) b) -> (B) { B(i, j) = A(i, j) + b(j) }"
 TRANSPOSE = "def t(float(N, M) A) -> (B) { B(j, i) = A(i, j) }"
 # three input rows per iteration, reached through shifted subscripts

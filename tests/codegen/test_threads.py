@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SOFTMAX
 
 import codegen.parallel
 import tensorlang as tl
@@ -59,3 +60,29 @@ def test_thread_count_from_environment(monkeypatch):
 def test_bad_thread_option():
     with pytest.raises(tl.TensorLangError, match="threads"):
         tl.Options(threads=0)
+
+
+def test_concurrent_calls_of_one_kernel_do_not_share_scratch_memory():
+    """Two Python threads calling one kernel at once (ctypes releases the GIL): each call needs its
+    own workspace, where softmax keeps its contracted row buffer `e`."""
+    import threading
+
+    k = tl.compile(SOFTMAX, options=tl.Options(threads=1))
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(-4, 4, size=(64, 4099)).astype(np.float32) for _ in range(2)]
+    wants = [k(x) for x in xs]
+    failures = []
+
+    def worker(x, want):
+        for _ in range(40):
+            got = k(x)
+            if not np.array_equal(got, want):
+                failures.append(float(np.abs(got - want).max()))
+                return
+
+    threads = [threading.Thread(target=worker, args=(x, w)) for x, w in zip(xs, wants)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
