@@ -34,6 +34,7 @@ from .lower import (
     prefetched_footprints,
 )
 from .parallel import PhasePlan, Workspaces, run_phases
+from .pipeline import PipelinePlan, plan_pipeline
 from .storage import (
     ContractedTemporary,
     plan_buffer_sharing,
@@ -274,6 +275,7 @@ class Kernel:
                 contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
                 layouts = plan_layouts(self.program, plans, shapes)
                 sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
+            pipelines = self._pipelines(scop, ast, values, contracted, plans)
             module, layout = lower_to_llvm(
                 scop,
                 ast,
@@ -283,6 +285,7 @@ class Kernel:
                 contracted,
                 layouts,
                 self._prefetch,
+                pipelines,
             )
             for plan in plans.values():  # GEMM bodies are compiled once per process and linked
                 shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
@@ -294,7 +297,7 @@ class Kernel:
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
         workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
-        phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
+        phase_plans = self._phase_plans(scop, ast, values, sizes, plans, set(pipelines))
         return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts, sharing)
 
     def _input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
@@ -331,7 +334,24 @@ class Kernel:
             self._schedules[key] = schedule
         return schedule
 
-    def _phase_plans(self, scop: Scop, ast: LoopAst, values, sizes, plans) -> tuple[PhasePlan, ...]:
+    def _pipelines(self, scop: Scop, ast: LoopAst, values, contracted, plans) -> dict[int, PipelinePlan]:
+        """Phases to row-pipeline: only when the kernel runs on one thread (the outer loop
+        becomes sequential), with specialised sizes."""
+        options = self.options
+        if not (options.optimize and options.specialize and options.pipeline and options.thread_count() == 1):
+            return {}
+        dims = {name: c.dim for name, c in contracted.items()}
+        found = {}
+        for n, phase in enumerate(ast.phases):
+            plan = plan_pipeline(scop, ast, phase, values, dims, set(plans))
+            if plan is not None:
+                found[n] = plan
+        return found
+
+    def _phase_plans(
+        self, scop: Scop, ast: LoopAst, values, sizes, plans, sequential: set[int] = frozenset()
+    ) -> tuple[PhasePlan, ...]:
+        """`sequential`: phases that must not be split over threads (row-pipelined ones)."""
         result = []
         for n, phase in enumerate(ast.phases):
             work = 0
@@ -344,7 +364,7 @@ class Kernel:
                     points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
                 # a GEMM multiply-add costs a few hundredths of a simple loop instance
                 work += points // 32 if name in plans else points
-            span = loop_range(phase.loop, values) if phase.loop is not None else None
+            span = loop_range(phase.loop, values) if phase.loop is not None and n not in sequential else None
             gemm = gemm_phase(phase, plans)
             if gemm is not None:  # split the rows of the one GEMM among threads
                 r = scop.statement(gemm.statement).statement.range_of(gemm.m)
@@ -408,6 +428,9 @@ class Kernel:
             shapes = self._shapes(sizes)
             contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
             layouts = plan_layouts(self.program, plans, {**shapes, **self._input_shapes(sizes)})
+        pipelines = {}
+        if sizes is not None:
+            pipelines = self._pipelines(scop, ast, self._param_values(sizes), contracted, plans)
         if stage == "loops":
             prefetch = {}
             if self._prefetch:
@@ -419,12 +442,13 @@ class Kernel:
                     fetched = prefetched_footprints(phase, self.program, plans, excluded, values)
                     if fetched and phase.outer is not None:
                         prefetch[phase.outer.get_annotation().get_name()] = tuple(f.tensor for f in fetched)
-            text = loops_text(scop, ast, plans, prefetch)
+            pipelined = {ast.phases[n].outer.get_annotation().get_name() for n in pipelines}
+            text = loops_text(scop, ast, plans, prefetch, pipelined)
             report = storage_report(contracted)
             return f"{report}\n{text}" if report else text
         values = self._param_values(sizes) if sizes is not None else None
         module, _ = lower_to_llvm(
-            scop, ast, values, self.options.fast_math, plans, contracted, layouts, self._prefetch
+            scop, ast, values, self.options.fast_math, plans, contracted, layouts, self._prefetch, pipelines
         )
         if stage == "llvm":
             return str(optimise(module, vectorize=self.options.vectorize))

@@ -67,10 +67,13 @@ def loops_text(
     ast: LoopAst,
     plans: Mapping[str, ContractionPlan] | None = None,
     prefetch: Mapping[str, tuple[str, ...]] | None = None,
+    pipelined: set[str] | None = None,
 ) -> str:
-    """`prefetch`: outer loop annotation → tensors its iterations prefetch one iteration ahead."""
+    """`prefetch`: outer loop annotation → tensors its iterations prefetch one iteration ahead;
+    `pipelined`: annotations of row-pipelined outer loops (codegen/pipeline.py)."""
     plans = plans or {}
     prefetch = prefetch or {}
+    pipelined = pipelined or set()
     lines: list[str] = []
 
     def emit(node: isl.AstNode, depth: int) -> None:
@@ -104,6 +107,11 @@ def loops_text(
                 cond = node.for_get_cond().to_C_str()
                 inc = node.for_get_inc().to_C_str()
                 fetched = prefetch.get(node.get_annotation().get_name())
+                if node.get_annotation().get_name() in pipelined:
+                    lines.append(
+                        f"{pad}// pipelined: the last inner loop of iteration {it} runs in the loop before it "
+                        f"during iteration {it} + {inc}"
+                    )
                 if fetched:
                     lines.append(
                         f"{pad}// each iteration prefetches what the next reads of {', '.join(fetched)}"

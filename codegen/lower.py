@@ -25,6 +25,7 @@ from . import values as V
 from .astgen import Footprint, Leaf, LoopAst, Phase, evaluate_ast_int
 from .builtins import emit_builtin
 from .gemm import declare_gemm
+from .pipeline import PipelinePlan, pipeline_statements
 from .storage import ContractedTemporary
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
@@ -77,10 +78,14 @@ class Lowering:
         plans: Mapping[str, ContractionPlan] | None = None,
         contracted: Mapping[str, ContractedTemporary] | None = None,
         layouts: Mapping[str, tuple[int, ...]] | None = None,
-        prefetch: bool = True,
+        prefetch: bool = False,
+        pipelines: Mapping[int, PipelinePlan] | None = None,
     ):
         self.scop = scop
         self.prefetch = prefetch
+        self.pipelines = dict(pipelines or {})  # phase → its row pipelining
+        self.pipeline_next_for: PipelinePlan | None = None
+        self.read_overrides: dict[int, ll.Value] = {}  # id(ir.Read) → value loaded earlier
         self.plans = dict(plans or {})
         self.contracted = dict(contracted or {})
         self.layouts = dict(layouts or {})  # tensor → storage order of its dimensions
@@ -107,6 +112,7 @@ class Lowering:
             self.restrict_next_for = phase.loop is not None
             self.restrict_gemm_rows = gemm_phase(phase, self.plans) is not None
             self.prefetch_next_for = self.prefetched(phase) if self.prefetch else ()
+            self.pipeline_next_for = self.pipelines.get(n)
             self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
         self._emit_entry()
@@ -202,6 +208,10 @@ class Lowering:
         b = self.b
         restricted, self.restrict_next_for = self.restrict_next_for, False
         footprints, self.prefetch_next_for = self.prefetch_next_for, ()
+        pipeline, self.pipeline_next_for = self.pipeline_next_for, None
+        if pipeline is not None:  # never split over threads (its phase plan has no loop range)
+            self.emit_pipelined_for(node, pipeline, env)
+            return
         if restricted:  # this thread runs the iterations in [lo, hi) only
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
         pre = b.block
@@ -226,6 +236,105 @@ class Lowering:
         iv.add_incoming(step, b.block)
         b.branch(header)
         b.position_at_end(exit_)
+
+    def emit_pipelined_for(self, node: isl.AstNode, plan: PipelinePlan, env: dict[str, ll.Value]) -> None:
+        """The phase's outer loop with its last inner loop B run one iteration late, inside the
+        loop A before it (codegen/pipeline.py): prologue = row `first`'s A alone, epilogue = the
+        last row's B alone. B's row-invariant reads of values the phase writes are loaded at
+        the end of each row and carried to the next iteration in registers."""
+        b = self.b
+        name = node.for_get_iterator().get_id().get_name()
+        init = self.ast_expr(node.for_get_init(), env)
+        pre = b.block
+        header = self.body.append_basic_block(f"{name}.header")
+        body = self.body.append_basic_block(f"{name}.body")
+        exit_ = self.body.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(V.I64, name)
+        iv.add_incoming(init, pre)
+        carried = []
+        for _, read in plan.captured:
+            ty = V.register_type(read.dtype)
+            phi = b.phi(ty)
+            phi.add_incoming(ll.Constant(ty, ll.Undefined), pre)
+            carried.append(phi)
+        inner = {**env, name: iv}
+        b.cbranch(self.ast_expr(node.for_get_cond(), inner), body, exit_)
+        b.position_at_end(body)
+        inc = self.ast_expr(node.for_get_inc(), inner)
+        for child in plan.prefix:
+            self.emit_node(child, inner)
+        with b.if_else(b.icmp_signed("==", iv, init)) as (prologue, steady):
+            with prologue:
+                self.emit_node(plan.a_loop, inner)
+            with steady:
+                self.emit_fused_rows(plan, env, name, iv, b.sub(iv, inc, flags=["nsw"]), carried)
+        now = [self.captured_value(plan, stmt, read, inner) for stmt, read in plan.captured]
+        latch = b.block
+        iv.add_incoming(b.add(iv, inc, flags=["nsw"]), latch)
+        for phi, value in zip(carried, now):
+            phi.add_incoming(value, latch)
+        b.branch(header)
+        b.position_at_end(exit_)
+        with b.if_then(b.icmp_signed("!=", iv, init)):  # epilogue: the last row's B
+            self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
+            self.emit_node(plan.b_loop, {**env, name: b.sub(iv, inc, flags=["nsw"])})
+            self.read_overrides = {}
+
+    def emit_fused_rows(
+        self,
+        plan: PipelinePlan,
+        env: dict[str, ll.Value],
+        name: str,
+        iv: ll.Value,
+        previous: ll.Value,
+        carried,
+    ) -> None:
+        """for j in [0, trip): B(previous row, j); A(this row, j)"""
+        b = self.b
+        pre = b.block
+        header = self.body.append_basic_block("pipe.header")
+        body = self.body.append_basic_block("pipe.body")
+        exit_ = self.body.append_basic_block("pipe.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        j = b.phi(V.I64, "pipe.j")
+        j.add_incoming(ll.Constant(V.I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", j, ll.Constant(V.I64, plan.trip)), body, exit_)
+        b.position_at_end(body)
+        b_iter = plan.b_loop.for_get_iterator().get_id().get_name()
+        a_iter = plan.a_loop.for_get_iterator().get_id().get_name()
+        # B first: where A rewrites a contracted row buffer, B reads the old row at j before A
+        # writes the new one there
+        self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
+        b_at = b.add(j, ll.Constant(V.I64, plan.b_first), flags=["nsw"])
+        self.emit_node(plan.b_loop.for_get_body(), {**env, name: previous, b_iter: b_at})
+        self.read_overrides = {}
+        a_at = b.add(j, ll.Constant(V.I64, plan.a_first), flags=["nsw"])
+        self.emit_node(plan.a_loop.for_get_body(), {**env, name: iv, a_iter: a_at})
+        j.add_incoming(b.add(j, ll.Constant(V.I64, 1), flags=["nsw"]), b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
+
+    def captured_value(
+        self, plan: PipelinePlan, stmt: str, read: ir.Read, env: dict[str, ll.Value]
+    ) -> ll.Value:
+        """The value `read` (row-invariant, in B's statement `stmt`) has for the row `env` is at."""
+        leaf = next(
+            leaf
+            for leaf in self.ast.leaves.values()
+            if leaf.statement == stmt and self._under(plan.b_loop, leaf)
+        )
+        b_iter = plan.b_loop.for_get_iterator().get_id().get_name()
+        at = {**env, b_iter: ll.Constant(V.I64, plan.b_first)}
+        indices = {var: self.ast_expr(expr, at) for var, expr in leaf.index_exprs}
+        scop_stmt = self.scop.statement(stmt)
+        self.leaf_statement = PolyLeafContext(stmt, scop_stmt.statement, indices)
+        return V.load_element(self.b, self.address(read.tensor, read.indices, read), read.dtype)
+
+    def _under(self, node: isl.AstNode, leaf: Leaf) -> bool:
+        return leaf.statement in pipeline_statements(node, self.ast)
 
     def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
         b = self.b
@@ -360,9 +469,9 @@ class Lowering:
         footprints: tuple[Footprint, ...],
     ) -> None:
         """At the top of an iteration of a phase's outer loop: prefetch, one cache line at a
-        time, what the next iteration reads. Rows a body makes several passes over (softmax:
-        max, exp and sum, divide) then arrive while this row computes instead of after it; the
-        hardware prefetcher stops at page boundaries and a 4 KiB row is one page. Only
+        time, what the next iteration reads, so that rows a body makes several passes over
+        (softmax: max, exp and sum, divide) could arrive while this row computes. (Measured on
+        softmax and layer norm here it did not pay: Options(prefetch) is off by default.) Only
         contiguous footprints (the box covers at least half of its address range) of
         PREFETCH_MIN_BYTES to PREFETCH_MAX_BYTES are fetched, and nothing past the loop's last
         iteration."""
@@ -502,6 +611,8 @@ class Lowering:
             case ir.SizeRef(name=n):
                 return V.convert(b, self.params[isl_param_name(n)], ScalarType.INT64, e.dtype)
             case ir.Read(tensor=t, indices=ix):
+                if id(e) in self.read_overrides:
+                    return self.read_overrides[id(e)]
                 return V.load_element(b, self.address(t, ix, e), e.dtype)
             case ir.Cast(operand=o):
                 return V.convert(b, self.value(o), o.dtype, e.dtype)
@@ -600,10 +711,13 @@ def lower_to_llvm(
     plans: Mapping[str, ContractionPlan] | None = None,
     contracted: Mapping[str, ContractedTemporary] | None = None,
     layouts: Mapping[str, tuple[int, ...]] | None = None,
-    prefetch: bool = True,
+    prefetch: bool = False,
+    pipelines: Mapping[int, PipelinePlan] | None = None,
 ) -> tuple[ll.Module, KernelLayout]:
     layout = kernel_layout(scop)
-    lowering = Lowering(scop, ast, layout, param_values, fast_math, plans, contracted, layouts, prefetch)
+    lowering = Lowering(
+        scop, ast, layout, param_values, fast_math, plans, contracted, layouts, prefetch, pipelines
+    )
     return lowering.run(), layout
 
 

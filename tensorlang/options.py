@@ -21,8 +21,10 @@ class Options:
     vectorize: let LLVM vectorise (loop and SLP vectorisers).
     threads: number of threads for parallel loops (default: TENSORLANG_NUM_THREADS or all cores).
     fast_math: allow floating-point reassociation (changes rounding).
+    pipeline: on one thread, run the last inner loop of a fused row loop one row late, inside
+        the loop before it, so that arithmetic and stores of consecutive rows overlap (softmax).
     prefetch: at the top of each iteration of a loop nest's outer loop, prefetch the rows the
-        next iteration reads (helps bodies that make several passes over a row, like softmax).
+        next iteration reads. Off by default: on the machines measured it did not help (README).
     specialize: generate code for the concrete sizes of each call (cached per shape).
     optimize: False runs the statements in source order with no scheduling, post-passes,
         contraction path or threads: the untransformed reference that transformations are
@@ -35,7 +37,8 @@ class Options:
     vectorize: bool = True
     threads: int | None = None
     fast_math: bool = False
-    prefetch: bool = True
+    pipeline: bool = True
+    prefetch: bool = False
     specialize: bool = True
     optimize: bool = True
 

@@ -127,12 +127,12 @@ OPTION_SAMPLE = [
     {"tile": None, "fusion": "auto", "unroll": None, "threads": 1},
     {"tile": (3, 5, 7), "fusion": "max", "unroll": 2, "threads": 2},
     {"tile": (16,), "fusion": "none", "unroll": 3, "threads": 2},
-    {"tile": None, "fusion": "none", "unroll": 2, "threads": 1, "prefetch": False},
+    {"tile": None, "fusion": "none", "unroll": 2, "threads": 1, "prefetch": True},
     {"tile": (3, 5, 7), "fusion": "auto", "unroll": 3, "threads": 1},
     {"tile": (16,), "fusion": "max", "unroll": None, "threads": 1},
     {"tile": None, "fusion": "max", "unroll": 3, "threads": 2},
     {"tile": (3, 5, 7), "fusion": "none", "unroll": None, "threads": 2},
-    {"tile": (16,), "fusion": "auto", "unroll": 2, "threads": 2, "prefetch": False},
+    {"tile": (16,), "fusion": "auto", "unroll": 2, "threads": 2, "prefetch": True},
 ]
 
 
@@ -162,7 +162,13 @@ CORPUS = load_corpus() or {"cases": []}
 @pytest.mark.parametrize("case", CORPUS["cases"], ids=lambda c: c["name"])
 @pytest.mark.parametrize(
     "opts",
-    [{}, {"tile": (2, 3), "unroll": 2, "threads": 2}, {"fusion": "max", "threads": 2}, {"fusion": "none"}],
+    [
+        {},
+        {"tile": (2, 3), "unroll": 2, "threads": 2},
+        {"fusion": "max", "threads": 2},
+        {"fusion": "none"},
+        {"threads": 1},  # one thread: fused row loops may be pipelined
+    ],
 )
 def test_corpus_under_transformations(case, opts):
     src, entry = case["tc"], case.get("entry")

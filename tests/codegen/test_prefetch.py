@@ -20,36 +20,43 @@ GATHER = "def gather(float(E, D) T, int32(B) I) -> (O) { O(b, d) = T(I(b), d) * 
 MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 
 
+ON = tl.Options(prefetch=True)
+
+
 def _prefetches_in_ir(src: str, sizes: dict[str, int], **options) -> int:
-    text = tl.compile(src, options=tl.Options(**options)).inspect("llvm", sizes=sizes)
+    text = tl.compile(src, options=tl.Options(**{"prefetch": True, **options})).inspect("llvm", sizes=sizes)
     return text.count("call void @llvm.prefetch")
 
 
 def test_softmax_prefetches_the_next_row_of_its_input_only():
-    k = tl.compile(SOFTMAX)
+    k = tl.compile(SOFTMAX, options=ON)
     loops = k.inspect("loops", sizes={"N": 64, "D": 1024})
     assert "// each iteration prefetches what the next reads of I\n" in loops  # not the contracted e
     assert _prefetches_in_ir(SOFTMAX, {"N": 64, "D": 1024}) > 0
     assert _prefetches_in_ir(SOFTMAX, {"N": 64, "D": 1024}, prefetch=False) == 0
-    off = tl.compile(SOFTMAX, options=tl.Options(prefetch=False)).inspect("loops", sizes={"N": 64, "D": 1024})
-    assert "prefetches" not in off
+    off = tl.compile(SOFTMAX).inspect("loops", sizes={"N": 64, "D": 1024})
+    assert "prefetches" not in off  # off by default
 
 
 def test_rows_that_do_not_move_with_the_loop_are_not_prefetched():
-    loops = tl.compile(BIAS).inspect("loops", sizes={"N": 64, "M": 1000})
+    loops = tl.compile(BIAS, options=ON).inspect("loops", sizes={"N": 64, "M": 1000})
     assert "prefetches what the next reads of A\n" in loops  # b(j) is the same every iteration
 
 
 def test_scattered_footprints_are_not_prefetched():
     # a 32-column tile of a transpose touches 640 rows: its address range is mostly not read
-    loops = tl.compile(TRANSPOSE).inspect("loops", sizes={"N": 640, "M": 1000})
+    loops = tl.compile(TRANSPOSE, options=ON).inspect("loops", sizes={"N": 640, "M": 1000})
     assert "prefetches" not in loops
     assert _prefetches_in_ir(TRANSPOSE, {"N": 640, "M": 1000}) == 0
 
 
 def test_gathers_and_gemm_phases_are_not_prefetched():
-    assert "prefetches" not in tl.compile(GATHER).inspect("loops", sizes={"E": 9, "D": 4096, "B": 64})
-    assert "prefetches" not in tl.compile(MATMUL).inspect("loops", sizes={"M": 256, "K": 256, "N": 256})
+    assert "prefetches" not in tl.compile(GATHER, options=ON).inspect(
+        "loops", sizes={"E": 9, "D": 4096, "B": 64}
+    )
+    assert "prefetches" not in tl.compile(MATMUL, options=ON).inspect(
+        "loops", sizes={"M": 256, "K": 256, "N": 256}
+    )
 
 
 def _inputs(kernel, shapes, seed=0):
