@@ -199,6 +199,20 @@ class Lowering:
         else:
             raise NotImplementedError(f"isl AST node type {t}")
 
+    def _loop_head(self, name: str, init: ll.Value) -> tuple[ll.Block, ll.Block, ll.Block, ll.PhiInstr]:
+        """Branch into a new loop header holding the induction variable `name` (starting at
+        `init`); returns (preheader, body, exit, phi), positioned in the header."""
+        b = self.b
+        pre = b.block
+        header = self.body.append_basic_block(f"{name}.header")
+        body = self.body.append_basic_block(f"{name}.body")
+        exit_ = self.body.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(V.I64, name)
+        iv.add_incoming(init, pre)
+        return pre, body, exit_, iv
+
     def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
@@ -214,14 +228,7 @@ class Lowering:
             return
         if restricted:  # this thread runs the iterations in [lo, hi) only
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
-        pre = b.block
-        header = self.body.append_basic_block(f"{name}.header")
-        body = self.body.append_basic_block(f"{name}.body")
-        exit_ = self.body.append_basic_block(f"{name}.exit")
-        b.branch(header)
-        b.position_at_end(header)
-        iv = b.phi(V.I64, name)
-        iv.add_incoming(init, pre)
+        _, body, exit_, iv = self._loop_head(name, init)
         inner = {**env, name: iv}
         cond = self.ast_expr(node.for_get_cond(), inner)
         if restricted:
@@ -234,7 +241,7 @@ class Lowering:
         self.emit_node(node.for_get_body(), inner)
         step = b.add(iv, inc, flags=["nsw"])
         iv.add_incoming(step, b.block)
-        b.branch(header)
+        b.branch(iv.parent)
         b.position_at_end(exit_)
 
     def emit_pipelined_for(self, node: isl.AstNode, plan: PipelinePlan, env: dict[str, ll.Value]) -> None:
@@ -245,14 +252,7 @@ class Lowering:
         b = self.b
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
-        pre = b.block
-        header = self.body.append_basic_block(f"{name}.header")
-        body = self.body.append_basic_block(f"{name}.body")
-        exit_ = self.body.append_basic_block(f"{name}.exit")
-        b.branch(header)
-        b.position_at_end(header)
-        iv = b.phi(V.I64, name)
-        iv.add_incoming(init, pre)
+        pre, body, exit_, iv = self._loop_head(name, init)
         carried = []
         for _, read in plan.captured:
             ty = V.register_type(read.dtype)
@@ -275,7 +275,7 @@ class Lowering:
         iv.add_incoming(b.add(iv, inc, flags=["nsw"]), latch)
         for phi, value in zip(carried, now):
             phi.add_incoming(value, latch)
-        b.branch(header)
+        b.branch(iv.parent)
         b.position_at_end(exit_)
         with b.if_then(b.icmp_signed("!=", iv, init)):  # epilogue: the last row's B
             self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
@@ -293,14 +293,7 @@ class Lowering:
     ) -> None:
         """for j in [0, trip): B(previous row, j); A(this row, j)"""
         b = self.b
-        pre = b.block
-        header = self.body.append_basic_block("pipe.header")
-        body = self.body.append_basic_block("pipe.body")
-        exit_ = self.body.append_basic_block("pipe.exit")
-        b.branch(header)
-        b.position_at_end(header)
-        j = b.phi(V.I64, "pipe.j")
-        j.add_incoming(ll.Constant(V.I64, 0), pre)
+        _, body, exit_, j = self._loop_head("pipe.j", ll.Constant(V.I64, 0))
         b.cbranch(b.icmp_signed("<", j, ll.Constant(V.I64, plan.trip)), body, exit_)
         b.position_at_end(body)
         b_iter = plan.b_loop.for_get_iterator().get_id().get_name()
@@ -314,7 +307,7 @@ class Lowering:
         a_at = b.add(j, ll.Constant(V.I64, plan.a_first), flags=["nsw"])
         self.emit_node(plan.a_loop.for_get_body(), {**env, name: iv, a_iter: a_at})
         j.add_incoming(b.add(j, ll.Constant(V.I64, 1), flags=["nsw"]), b.block)
-        b.branch(header)
+        b.branch(j.parent)
         b.position_at_end(exit_)
 
     def captured_value(

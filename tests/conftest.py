@@ -24,6 +24,14 @@ SOFTMAX = """def softmax(float(N, D) I) -> (O) {
     O(n, d) = e(n, d) / s(n)
 }"""
 
+# Layer norm in four statements: one row loop, `c` contracted.
+LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
+    mean(n) +=! X(n, d) / D
+    c(n, d) = X(n, d) - mean(n)
+    var(n) +=! c(n, d) * c(n, d) / D
+    Y(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
+}"""
+
 
 def load_corpus() -> dict | None:
     """The corpus as a dict, or None when the shared folder is absent."""

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SOFTMAX
+from conftest import LAYERNORM, SOFTMAX
 
 import codegen.parallel
 import tensorlang as tl
-
-LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    c(n, d) = X(n, d) - mean(n)
-    var(n) +=! c(n, d) * c(n, d) / D
-    Y(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
-}"""
 
 MLP3 = """def mlp3(float(B, I) X, float(I, H) W1, float(H) b1, float(H, H) W2, float(H) b2, float(H, O) W3) -> (Y) {
     h1(b, j) +=! X(b, i) * W1(i, j)

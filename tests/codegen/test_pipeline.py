@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SOFTMAX
+from conftest import LAYERNORM, SOFTMAX
 
 import tensorlang as tl
 
 ONE = tl.Options(threads=1)
-LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    c(n, d) = X(n, d) - mean(n)
-    var(n) +=! c(n, d) * c(n, d) / D
-    Y(n, d) = c(n, d) * rsqrt(var(n) + 1e-5)
-}"""
 # the row max and sum are outputs too: not contracted, still read once per row by the division
 SOFTMAX_STATS = """def softmax_stats(float(N, D) I) -> (O, mx, s) {
     mx(n) max=! I(n, d)
