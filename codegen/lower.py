@@ -262,7 +262,7 @@ class Lowering:
         inner = {**env, name: iv}
         b.cbranch(self.ast_expr(node.for_get_cond(), inner), body, exit_)
         b.position_at_end(body)
-        inc = self.ast_expr(node.for_get_inc(), inner)
+        inc = ll.Constant(V.I64, plan.step)  # a constant: also valid in the exit block below
         for child in plan.prefix:
             self.emit_node(child, inner)
         with b.if_else(b.icmp_signed("==", iv, init)) as (prologue, steady):
