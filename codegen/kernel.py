@@ -297,7 +297,7 @@ class Kernel:
         self.compile_count += 1
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
         workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
-        phase_plans = self._phase_plans(scop, ast, values, sizes, plans, set(pipelines))
+        phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
         return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts, sharing)
 
     def _input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
@@ -335,10 +335,10 @@ class Kernel:
         return schedule
 
     def _pipelines(self, scop: Scop, ast: LoopAst, values, contracted, plans) -> dict[int, PipelinePlan]:
-        """Phases to row-pipeline: only when the kernel runs on one thread (the outer loop
-        becomes sequential), with specialised sizes."""
+        """Phases to row-pipeline (specialised sizes only). Threads that split the outer loop each
+        pipeline their own rows."""
         options = self.options
-        if not (options.optimize and options.specialize and options.pipeline and options.thread_count() == 1):
+        if not (options.optimize and options.specialize and options.pipeline):
             return {}
         dims = {name: c.dim for name, c in contracted.items()}
         found = {}
@@ -348,10 +348,7 @@ class Kernel:
                 found[n] = plan
         return found
 
-    def _phase_plans(
-        self, scop: Scop, ast: LoopAst, values, sizes, plans, sequential: set[int] = frozenset()
-    ) -> tuple[PhasePlan, ...]:
-        """`sequential`: phases that must not be split over threads (row-pipelined ones)."""
+    def _phase_plans(self, scop: Scop, ast: LoopAst, values, sizes, plans) -> tuple[PhasePlan, ...]:
         result = []
         for n, phase in enumerate(ast.phases):
             work = 0
@@ -364,7 +361,7 @@ class Kernel:
                     points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
                 # a GEMM multiply-add costs a few hundredths of a simple loop instance
                 work += points // 32 if name in plans else points
-            span = loop_range(phase.loop, values) if phase.loop is not None and n not in sequential else None
+            span = loop_range(phase.loop, values) if phase.loop is not None else None
             gemm = gemm_phase(phase, plans)
             if gemm is not None:  # split the rows of the one GEMM among threads
                 r = scop.statement(gemm.statement).statement.range_of(gemm.m)

@@ -223,8 +223,8 @@ class Lowering:
         restricted, self.restrict_next_for = self.restrict_next_for, False
         footprints, self.prefetch_next_for = self.prefetch_next_for, ()
         pipeline, self.pipeline_next_for = self.pipeline_next_for, None
-        if pipeline is not None:  # never split over threads (its phase plan has no loop range)
-            self.emit_pipelined_for(node, pipeline, env)
+        if pipeline is not None:
+            self.emit_pipelined_for(node, pipeline, env, restricted, footprints)
             return
         if restricted:  # this thread runs the iterations in [lo, hi) only
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
@@ -244,14 +244,25 @@ class Lowering:
         b.branch(iv.parent)
         b.position_at_end(exit_)
 
-    def emit_pipelined_for(self, node: isl.AstNode, plan: PipelinePlan, env: dict[str, ll.Value]) -> None:
+    def emit_pipelined_for(
+        self,
+        node: isl.AstNode,
+        plan: PipelinePlan,
+        env: dict[str, ll.Value],
+        restricted: bool,
+        footprints: tuple[Footprint, ...],
+    ) -> None:
         """The phase's outer loop with its last inner loop B run one iteration late, inside the
-        loop A before it (codegen/pipeline.py): prologue = row `first`'s A alone, epilogue = the
-        last row's B alone. B's row-invariant reads of values the phase writes are loaded at
-        the end of each row and carried to the next iteration in registers."""
+        loop A before it (codegen/pipeline.py): prologue = the first row's A alone, epilogue =
+        the last row's B alone. B's row-invariant reads of values the phase writes are loaded at
+        the end of each row and carried to the next iteration in registers. When threads split
+        the loop, each runs its rows [lo, hi) as a pipeline of its own (every row's work stays
+        with the thread that owns the row, so rows remain independent)."""
         b = self.b
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
+        if restricted:
+            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
         pre, body, exit_, iv = self._loop_head(name, init)
         carried = []
         for _, read in plan.captured:
@@ -260,9 +271,14 @@ class Lowering:
             phi.add_incoming(ll.Constant(ty, ll.Undefined), pre)
             carried.append(phi)
         inner = {**env, name: iv}
-        b.cbranch(self.ast_expr(node.for_get_cond(), inner), body, exit_)
+        cond = self.ast_expr(node.for_get_cond(), inner)
+        if restricted:
+            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
+        b.cbranch(cond, body, exit_)
         b.position_at_end(body)
         inc = ll.Constant(V.I64, plan.step)  # a constant: also valid in the exit block below
+        if footprints:
+            self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
         for child in plan.prefix:
             self.emit_node(child, inner)
         with b.if_else(b.icmp_signed("==", iv, init)) as (prologue, steady):

@@ -21,8 +21,8 @@ class Options:
     vectorize: let LLVM vectorise (loop and SLP vectorisers).
     threads: number of threads for parallel loops (default: TENSORLANG_NUM_THREADS or all cores).
     fast_math: allow floating-point reassociation (changes rounding).
-    pipeline: on one thread, run the last inner loop of a fused row loop one row late, inside
-        the loop before it, so that arithmetic and stores of consecutive rows overlap (softmax).
+    pipeline: run the last inner loop of a fused row loop one row late, inside the loop before
+        it, so that arithmetic and stores of consecutive rows overlap (softmax).
     prefetch: at the top of each iteration of a loop nest's outer loop, prefetch the rows the
         next iteration reads. Off by default: on the machines measured it did not help (README).
     specialize: generate code for the concrete sizes of each call (cached per shape).

@@ -37,14 +37,14 @@ def _pipelined(src: str, sizes: dict[str, int], options: tl.Options = ONE) -> bo
     return "// pipelined" in tl.compile(src, options=options).inspect("loops", sizes=sizes)
 
 
-def test_softmax_on_one_thread_is_pipelined():
+def test_softmax_is_pipelined_on_one_thread_or_several():
     assert _pipelined(SOFTMAX, {"N": 64, "D": 1024})
+    assert _pipelined(SOFTMAX, {"N": 64, "D": 1024}, tl.Options(threads=2))
     assert _pipelined(SOFTMAX_STATS, {"N": 64, "D": 1024})
     assert _pipelined(TWO_OUTPUTS, {"N": 64, "D": 1024})
 
 
-def test_not_pipelined_when_threads_pipeline_off_or_not_worth_it():
-    assert not _pipelined(SOFTMAX, {"N": 64, "D": 1024}, tl.Options(threads=2))
+def test_not_pipelined_when_off_or_not_worth_it():
     assert not _pipelined(SOFTMAX, {"N": 64, "D": 1024}, tl.Options(threads=1, pipeline=False))
     assert not _pipelined(SOFTMAX, {"N": 64, "D": 1024}, tl.Options(threads=1, fusion="none"))
     # layer norm's loop before the last does too little arithmetic to hide the stores
@@ -60,14 +60,18 @@ SHAPES = [(1, 7), (2, 1), (3, 5), (5, 16), (7, 1021), (13, 3), (2, 4099)]
 
 @pytest.mark.parametrize("src", [SOFTMAX, SOFTMAX_STATS, REVERSED, TWO_OUTPUTS, LAYERNORM])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-def test_pipelining_never_changes_results(src, shape):
+def test_pipelining_never_changes_results(monkeypatch, src, shape):
+    import codegen.parallel
+
+    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)  # split even tiny row loops
     rng = np.random.default_rng(7)
     x = rng.uniform(-6, 6, size=shape).astype(np.float32)
     if shape[0] > 2:
         x[1, 0] = np.nan  # a NaN row and an inf row propagate the same way
         x[2, -1] = np.inf
     want = tl.compile(src, options=tl.Options(optimize=False))(x)
-    for options in (ONE, tl.Options(threads=1, pipeline=False), tl.Options(threads=2)):
+    options_grid = (ONE, tl.Options(threads=1, pipeline=False), tl.Options(threads=2), tl.Options(threads=3))
+    for options in options_grid:
         got = tl.compile(src, options=options)(x)
         for g, w in zip(
             got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)
@@ -76,7 +80,7 @@ def test_pipelining_never_changes_results(src, shape):
 
 
 def test_pipelined_kernel_stays_correct_when_threads_change_after_compiling(monkeypatch):
-    """A pipelined phase is never split over threads, even if the thread count changes later."""
+    """Each thread pipelines its own rows, whatever the thread count at call time."""
     import codegen.parallel
 
     monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
