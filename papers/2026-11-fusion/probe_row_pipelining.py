@@ -4,7 +4,7 @@
 buffer, divide into the output); "piped" divides row n in the same loop that computes the exp of
 row n + 1 (two row buffers). Both are hand-written LLVM IR built with tensorlang's own exp, JIT
 and row prefetching; float32 4096×1024, one thread, steady-state medians in rotating order.
-Not part of the compiler (see README.md, "Next lever for softmax").
+It measured the gain before the compiler did this itself (codegen/pipeline.py; README.md, Findings).
 
 Run: python papers/2026-11-fusion/probe_row_pipelining.py
 """
