@@ -1,6 +1,6 @@
 """Probe: does software-pipelining softmax's rows overlap the exp's arithmetic with the stores?
 
-"plain" is the loop nest tensorlang generates for softmax (per row: max, exp and sum into a row
+"plain" is the loop nest tensorlang generated for softmax before row pipelining (per row: max, exp and sum into a row
 buffer, divide into the output); "piped" divides row n in the same loop that computes the exp of
 row n + 1 (two row buffers). Both are hand-written LLVM IR built with tensorlang's own exp, JIT
 and row prefetching; float32 4096×1024, one thread, steady-state medians in rotating order.
