@@ -13,6 +13,7 @@ from conftest import load_corpus
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import codegen.parallel
 import tensorlang as tl
 
 SIZES = st.sampled_from([1, 2, 3, 5, 7, 13])
@@ -172,6 +173,48 @@ def test_fusion_strategies_match_no_fusion(data, n, k, fusion, threads):
     got = tl.compile(src, options=tl.Options(fusion=fusion, threads=threads))(*inputs)
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=src)
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    n=st.sampled_from([1, 2, 3, 7, 13]),
+    k=st.sampled_from([1, 3, 16, 33]),
+    threads=st.sampled_from([1, 2]),
+    reverse=st.booleans(),
+)
+def test_row_programs_pipelined_or_not_match_numpy(data, n, k, threads, reverse):
+    """Softmax-like row programs (row statistic, a costly elementwise pass feeding a row sum,
+    a last pass reading both): pipelined (codegen/pipeline.py) or not, on one or two threads with
+    loops split even when tiny, the results match a NumPy oracle."""
+    stat = data.draw(st.sampled_from(["max", "min", "+"]))
+    f_tc, f_np = data.draw(st.sampled_from([("exp", "np.exp"), ("tanh", "np.tanh")]))
+    g_tc, g_np = data.draw(
+        st.sampled_from([("e(n, {j}) / s(n)", "e{jn} / s"), ("e(n, {j}) * m(n) - s(n)", "e{jn} * m - s")])
+    )
+    j_tc, j_np = ("K - 1 - d", "[:, ::-1]") if reverse else ("d", "")
+    src = f"""def rows(float(N, K) I) -> (O) {{
+        m(n) {stat}=! I(n, d)
+        e(n, d) = {f_tc}(I(n, d) - m(n)) + 0.5
+        s(n) +=! e(n, d)
+        O(n, d) = {g_tc.format(j=j_tc)}
+    }}"""
+    reduce_np = {"max": np.max, "min": np.min, "+": np.sum}[stat]
+
+    def oracle(x):
+        m = reduce_np(x, axis=1, keepdims=True)
+        e = eval(f_np)(x - m) + np.float32(0.5)
+        s = e.sum(axis=1, keepdims=True)
+        return eval(g_np.format(jn=j_np), {"e": e, "m": m, "s": s, "np": np})
+
+    x = _f32(np.random.default_rng(n * 7 + k), (n, k))
+    saved = codegen.parallel.MIN_PARALLEL_WORK
+    codegen.parallel.MIN_PARALLEL_WORK = 0  # split even tiny row loops over the threads
+    try:
+        got = tl.compile(src, options=tl.Options(threads=threads))(x)
+    finally:
+        codegen.parallel.MIN_PARALLEL_WORK = saved
+    np.testing.assert_allclose(got, oracle(x), rtol=2e-5, atol=2e-5, err_msg=src)
 
 
 # ------------------------------------------------------------------ robustness on mutated sources
