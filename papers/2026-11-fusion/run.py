@@ -2,7 +2,7 @@
 
 Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--repeats N] [--kernels a,b]
 Single thread for every implementation (tensorlang Options(threads=1), OPENBLAS_NUM_THREADS=1,
-torch.set_num_threads(1)). Each repeat takes one sample of every implementation, in an order that
+torch.set_num_threads(1)); PyTorch eager and torch.compile run when torch is importable. Each repeat takes one sample of every implementation, in an order that
 rotates from repeat to repeat; a sample is a run of back-to-back calls (about SAMPLE_S seconds,
 at least 3 calls, as in the CPU-kernel suite). Reported: the median over repeats of the time per
 call of the calls after the first ("steady", what a loop calling the kernel sees), and the median
@@ -21,8 +21,10 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -140,11 +142,12 @@ def kernels(quick: bool):
     ]
 
 
-def torch_peer(name):
+def torch_peers(name) -> dict:
+    """PyTorch eager and torch.compile (inductor, C++ on the CPU) versions, when torch imports."""
     try:
         import torch
     except ImportError:
-        return None
+        return {}
     torch.set_num_threads(1)
     f = torch.nn.functional
     impl = {
@@ -157,8 +160,13 @@ def torch_peer(name):
         "conv_bias_relu": lambda x, w, bias: torch.relu(f.conv2d(x, w, bias)),
     }.get(name)
     if impl is None:
-        return None
-    return lambda *arrays: impl(*[torch.from_numpy(a) for a in arrays])
+        return {}
+    compiled = torch.compile(impl, dynamic=False)
+
+    def call(fn):
+        return lambda *arrays: fn(*[torch.from_numpy(a) for a in arrays])
+
+    return {"torch": call(impl), "torch-compile": call(compiled)}
 
 
 SAMPLE_S = 0.1
@@ -198,7 +206,9 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
+def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bool = False) -> dict:
+    """NumPy and tensorlang's strategies; with `torch_only`, NumPy and the PyTorch peers instead
+    (run in a process of their own, see main)."""
     rng = np.random.default_rng(0)
     rows = []
     chosen = [k for k in kernels(quick) if only is None or k[0] in only]
@@ -211,7 +221,7 @@ def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
         impls = {"numpy": lambda f=np_fn, xs=inputs: f(*xs)}
         decisions = {}
         checks = {}
-        for strategy in STRATEGIES:
+        for strategy in () if torch_only else STRATEGIES:
             kernel = tl.compile(src, options=tl.Options(fusion=strategy, threads=1))
             got = kernel(*inputs)
             got = got if isinstance(got, tuple) else (got,)
@@ -240,9 +250,16 @@ def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
                 ],
             }
             impls[f"tl-{strategy}"] = lambda k=kernel, xs=inputs: k(*xs)
-        peer = torch_peer(name)
-        if peer is not None:
-            impls["torch"] = lambda p=peer, xs=inputs: p(*xs)
+        for key, peer in (torch_peers(name) if torch_only else {}).items():
+            out = peer(*inputs)
+            out = out if isinstance(out, tuple) else (out,)
+            checks[key] = all(
+                np.allclose(g.numpy(), e, rtol=2e-4, atol=2e-4 * max(1.0, float(np.abs(e).max())))
+                for g, e in zip(out, expected)
+            )
+            impls[key] = lambda p=peer, xs=inputs: p(*xs)
+        if torch_only and len(impls) == 1:
+            continue  # no PyTorch version of this kernel
         number = {k: calls_per_sample(fn) for k, fn in impls.items()}
         steady = {k: [] for k in impls}
         first = {k: [] for k in impls}
@@ -286,7 +303,7 @@ def run(quick: bool, repeats: int, only: list[str] | None = None) -> dict:
 
 
 def markdown(results: dict) -> str:
-    keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch"]
+    keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch", "torch-compile"]
     lines = [
         "Steady state (median time per call of back-to-back calls; × = NumPy time / this time):",
         "",
@@ -323,6 +340,38 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def merge_torch(results: dict, repeats: int, kernels: str | None) -> None:
+    """PyTorch eager and torch.compile, timed in a process of their own (as in the CPU-kernel
+    suite: torch's thread pools and inductor's compile workers disturb other code in the same
+    process on this 2-core machine), each with that process's NumPy as its reference."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, __file__, "--torch-only", "--out", tmp, "--repeats", str(repeats)]
+        if kernels:
+            cmd += ["--kernels", kernels]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0 or not (Path(tmp) / "results.json").exists():
+            print(f"torch peers failed:\n{done.stderr[-2000:]}")
+            return
+        peers = {r["kernel"]: r for r in json.loads((Path(tmp) / "results.json").read_text())["kernels"]}
+    for row in results["kernels"]:
+        peer = peers.get(row["kernel"])
+        if peer is None:
+            continue
+        for key in ("torch", "torch-compile"):
+            if key not in peer["median_s"]:
+                continue
+            for field in (
+                "median_s",
+                "ratio_to_numpy",
+                "after_another_median_s",
+                "after_another_ratio_to_numpy",
+            ):
+                row[field][key] = peer[field][key]
+            row["peak_bytes"][key] = peer["peak_bytes"][key]
+            row["correct"][key] = peer["correct"][key]
+        row["torch_process_numpy_median_s"] = peer["median_s"]["numpy"]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (CI)")
@@ -331,12 +380,18 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--repeats", type=int)
     ap.add_argument("--kernels", help="comma-separated subset, e.g. softmax,layernorm")
+    ap.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 11)
     out = args.out or (Path(tempfile.mkdtemp(prefix="tl-fusion-")) if args.quick else HERE / "results")
     out.mkdir(parents=True, exist_ok=True)
-    results = run(args.quick, repeats, args.kernels.split(",") if args.kernels else None)
+    only = args.kernels.split(",") if args.kernels else None
+    results = run(args.quick, repeats, only, torch_only=args.torch_only)
+    if not args.quick and not args.torch_only and importlib.util.find_spec("torch") is not None:
+        merge_torch(results, repeats, args.kernels)
     (out / "results.json").write_text(json.dumps(results, indent=1))
+    if args.torch_only:  # the parent process merges these into its tables
+        return 0
     (out / "results.md").write_text(markdown(results) + "\n")
     print(markdown(results))
     print(f"wrote {out}/results.json, results.md")
