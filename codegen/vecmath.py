@@ -412,14 +412,16 @@ _TANH_F32_ONE = 9.1  # above: tanh(x) rounds to ±1
 
 
 def _tanh_f32(v: _V, x):
-    xc = v.clamp(x, -_TANH_F32_CLAMP, _TANH_F32_CLAMP)
+    # compare-and-select clamps (one vmaxps / vminps each) keep NaN, which then flows through
+    # the arithmetic and both selects below: no separate NaN fix-up
+    xc = v.sel(v.cmp("<", x, v.c(-_TANH_F32_CLAMP)), v.c(-_TANH_F32_CLAMP), x)
+    xc = v.sel(v.cmp(">", xc, v.c(_TANH_F32_CLAMP)), v.c(_TANH_F32_CLAMP), xc)
     x2 = v.mul(xc, xc)
     p = v.mul(v.horner(x2, _TANH_F32_P), xc)
     q = v.horner(x2, _TANH_F32_Q)
     ax = v.intr("fabs", x)
     r = v.sel(v.cmp("<", ax, v.c(_TANH_F32_TINY)), x, v.div(p, q))  # x keeps ±0 and tiny values exact
-    r = v.sel(v.cmp(">", ax, v.c(_TANH_F32_ONE)), v.intr("copysign", v.c(1.0), x), r)
-    return v.nan_passthrough(x, r)
+    return v.sel(v.cmp(">", ax, v.c(_TANH_F32_ONE)), v.intr("copysign", v.c(1.0), x), r)
 
 
 def _tanh(v: _V, x):
