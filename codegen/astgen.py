@@ -86,35 +86,43 @@ def _maps(umap: isl.UnionMap) -> list[isl.Map]:
     return out
 
 
-def _unwrap(node: isl.AstNode) -> isl.AstNode:
+def unwrap(node: isl.AstNode) -> isl.AstNode:
+    """`node` without the mark nodes around it."""
     while node.get_type() == isl.ast_node_type.mark:
         node = node.mark_get_node()
     return node
 
 
-def _statements_under(node: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[str, ...]:
-    found: list[str] = []
+def leaves_under(
+    node: isl.AstNode, leaves: Mapping[str, Leaf], *, through_ifs: bool = True
+) -> list[Leaf] | None:
+    """The statement instances under `node`, in AST order; None if `through_ifs` is False and
+    there is an `if` on the way."""
+    found: list[Leaf] = []
 
-    def visit(n: isl.AstNode) -> None:
+    def visit(n: isl.AstNode) -> bool:
         t = n.get_type()
         NT = isl.ast_node_type
         if t == NT.user:
-            found.append(leaves[n.get_annotation().get_name()].statement)
+            found.append(leaves[n.get_annotation().get_name()])
         elif t == NT.block:
             children = n.block_get_children()
-            for i in range(children.n_ast_node()):
-                visit(children.get_at(i))
+            return all(visit(children.get_at(i)) for i in range(children.n_ast_node()))
         elif t == NT.mark:
-            visit(n.mark_get_node())
+            return visit(n.mark_get_node())
         elif t == NT.if_:
-            visit(n.if_get_then_node())
-            if n.if_has_else_node():
-                visit(n.if_get_else_node())
+            if not through_ifs:
+                return False
+            return visit(n.if_get_then_node()) and (not n.if_has_else_node() or visit(n.if_get_else_node()))
         elif t == NT.for_:
-            visit(n.for_get_body())
+            return visit(n.for_get_body())
+        return True
 
-    visit(node)
-    return tuple(dict.fromkeys(found))
+    return found if visit(node) else None
+
+
+def _statements_under(node: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(leaf.statement for leaf in leaves_under(node, leaves)))
 
 
 def loop_kind(node: isl.AstNode) -> str:
@@ -166,7 +174,7 @@ def _affine_reads(scop: Scop) -> isl.UnionMap:
 def _phases(
     root: isl.AstNode, leaves: Mapping[str, Leaf], footprints: list[tuple[Footprint, ...]]
 ) -> tuple[Phase, ...]:
-    root = _unwrap(root)
+    root = unwrap(root)
     if root.get_type() == isl.ast_node_type.block:
         children = root.block_get_children()
         tops = [children.get_at(i) for i in range(children.n_ast_node())]
@@ -174,7 +182,7 @@ def _phases(
         tops = [root]
     phases = []
     for top in tops:
-        inner = _unwrap(top)
+        inner = unwrap(top)
         is_for = inner.get_type() == isl.ast_node_type.for_ and not inner.for_is_degenerate()
         is_parallel_for = is_for and loop_kind(inner) == PARALLEL
         phases.append(
@@ -189,8 +197,11 @@ def _phases(
     return tuple(phases)
 
 
-def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> LoopAst:
-    """Scan the schedule into loops; with `sizes`, specialise every bound to those sizes."""
+def build_ast(
+    schedule: Schedule, sizes: Mapping[str, int] | None = None, *, footprints: bool = False
+) -> LoopAst:
+    """Scan the schedule into loops; with `sizes`, specialise every bound to those sizes; with
+    `footprints`, record what one iteration of each phase's outer loop reads (for prefetching)."""
     scop = schedule.scop
     ctx = scop.ctx
     context = scop.context if sizes is None else scop.params.fixed_context(sizes)
@@ -210,13 +221,13 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
         leaves[key] = Leaf(name, exprs)
         return node.set_annotation(isl.Id(key, context=ctx))
 
-    reads = _affine_reads(scop)
-    footprints: list[tuple[Footprint, ...]] = []
+    reads = _affine_reads(scop) if footprints else None
+    found: list[tuple[Footprint, ...]] = []  # per for loop, in the order isl builds them
 
     def before_each_for(build: isl.AstBuild) -> isl.Id:
         kind = PARALLEL if _carries_no_dependence(build, deps) else SERIAL
-        footprints.append(_iteration_footprints(build, reads))
-        return isl.Id(f"{kind}.{len(footprints) - 1}", context=ctx)
+        found.append(_iteration_footprints(build, reads) if reads is not None else ())
+        return isl.Id(f"{kind}.{len(found) - 1}", context=ctx)
 
     build = isl.AstBuild.from_context(context)
     # the callback handles must outlive the build (dropping them early crashes islpy)
@@ -224,9 +235,7 @@ def build_ast(schedule: Schedule, sizes: Mapping[str, int] | None = None) -> Loo
     build, _keep_for = build.set_before_each_for(before_each_for)
     root = build.node_from_schedule(tree)
     del _keep_leaf, _keep_for
-    return LoopAst(
-        root, leaves, _phases(root, leaves, footprints), dict(sizes) if sizes is not None else None
-    )
+    return LoopAst(root, leaves, _phases(root, leaves, found), dict(sizes) if sizes is not None else None)
 
 
 def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None:

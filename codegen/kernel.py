@@ -267,7 +267,7 @@ class Kernel:
                 scop, plans = plan_contractions(self.scop, sizes)
                 if plans:  # contractions run as GEMM calls: schedule the remaining loops
                     schedule = self._contraction_schedule(scop, plans)
-            ast = build_ast(schedule, sizes if self.options.specialize else None)
+            ast = build_ast(schedule, sizes if self.options.specialize else None, footprints=self._prefetch)
             gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
             contracted, layouts, sharing = {}, {}, {}
             if self.options.optimize and self.options.specialize:
@@ -310,7 +310,7 @@ class Kernel:
         """Options(specialize=False): one parametric kernel, compiled once, run with each call's sizes."""
         if self._generic is None:
             try:
-                ast = build_ast(self.schedule, None)
+                ast = build_ast(self.schedule, None, footprints=self._prefetch)
                 module, layout = lower_to_llvm(
                     self.scop, ast, None, self.options.fast_math, prefetch=self._prefetch
                 )
@@ -413,37 +413,33 @@ class Kernel:
             return str(self.schedule)
         if stage == "graph":
             return self.schedule.graph_text()
-        ast = build_ast(self.schedule, sizes)
+        ast = build_ast(self.schedule, sizes, footprints=self._prefetch)
         scop, plans = self.scop, {}
         if sizes is not None and self.options.optimize and self.options.specialize:
             scop, plans = plan_contractions(self.scop, sizes)
             if plans:
-                ast = build_ast(self._contraction_schedule(scop, plans), sizes)
+                ast = build_ast(self._contraction_schedule(scop, plans), sizes, footprints=self._prefetch)
         contracted, layouts = {}, {}
         if sizes is not None and self.options.optimize and self.options.specialize:
             gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
             shapes = self._shapes(sizes)
             contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
             layouts = plan_layouts(self.program, plans, {**shapes, **self._input_shapes(sizes)})
-        pipelines = {}
-        if sizes is not None:
-            pipelines = self._pipelines(scop, ast, self._param_values(sizes), contracted, plans)
+        values = self._param_values(sizes) if sizes is not None else None
+        pipelines = self._pipelines(scop, ast, values, contracted, plans) if values is not None else {}
         if stage == "loops":
             prefetch = {}
             if self._prefetch:
                 excluded = set(contracted) | set(layouts)
+                specialised = values if self.options.specialize else None
                 for phase in ast.phases:
-                    values = (
-                        self._param_values(sizes) if sizes is not None and self.options.specialize else None
-                    )
-                    fetched = prefetched_footprints(phase, self.program, plans, excluded, values)
+                    fetched = prefetched_footprints(phase, self.program, plans, excluded, specialised)
                     if fetched and phase.outer is not None:
                         prefetch[phase.outer.get_annotation().get_name()] = tuple(f.tensor for f in fetched)
             pipelined = {ast.phases[n].outer.get_annotation().get_name() for n in pipelines}
             text = loops_text(scop, ast, plans, prefetch, pipelined)
             report = storage_report(contracted)
             return f"{report}\n{text}" if report else text
-        values = self._param_values(sizes) if sizes is not None else None
         module, _ = lower_to_llvm(
             scop, ast, values, self.options.fast_math, plans, contracted, layouts, self._prefetch, pipelines
         )

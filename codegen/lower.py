@@ -25,7 +25,7 @@ from . import values as V
 from .astgen import Footprint, Leaf, LoopAst, Phase, evaluate_ast_int
 from .builtins import emit_builtin
 from .gemm import declare_gemm
-from .pipeline import PipelinePlan, pipeline_statements
+from .pipeline import PipelinePlan
 from .storage import ContractedTemporary
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
@@ -213,6 +213,34 @@ class Lowering:
         iv.add_incoming(init, pre)
         return pre, body, exit_, iv
 
+    def _open_loop(
+        self,
+        node: isl.AstNode,
+        name: str,
+        init: ll.Value,
+        env: dict[str, ll.Value],
+        restricted: bool,
+        carried_types: list[ll.Type] = (),
+    ) -> tuple[ll.Value, ll.PhiInstr, ll.Block, list[ll.PhiInstr]]:
+        """Header and condition of the for loop `node`, positioned at the start of its body:
+        (first value, induction variable, exit block, one more header phi per `carried_types`,
+        undefined on entry). `restricted`: this thread runs [lo, hi) only."""
+        b = self.b
+        if restricted:
+            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
+        pre, body, exit_, iv = self._loop_head(name, init)
+        carried = []
+        for ty in carried_types:
+            phi = b.phi(ty)
+            phi.add_incoming(ll.Constant(ty, ll.Undefined), pre)
+            carried.append(phi)
+        cond = self.ast_expr(node.for_get_cond(), {**env, name: iv})
+        if restricted:
+            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
+        b.cbranch(cond, body, exit_)
+        b.position_at_end(body)
+        return init, iv, exit_, carried
+
     def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
@@ -224,17 +252,10 @@ class Lowering:
         footprints, self.prefetch_next_for = self.prefetch_next_for, ()
         pipeline, self.pipeline_next_for = self.pipeline_next_for, None
         if pipeline is not None:
-            self.emit_pipelined_for(node, pipeline, env, restricted, footprints)
+            self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
             return
-        if restricted:  # this thread runs the iterations in [lo, hi) only
-            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
-        _, body, exit_, iv = self._loop_head(name, init)
+        init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted)
         inner = {**env, name: iv}
-        cond = self.ast_expr(node.for_get_cond(), inner)
-        if restricted:
-            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
-        b.cbranch(cond, body, exit_)
-        b.position_at_end(body)
         inc = self.ast_expr(node.for_get_inc(), inner)
         if footprints:
             self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
@@ -249,6 +270,7 @@ class Lowering:
         node: isl.AstNode,
         plan: PipelinePlan,
         env: dict[str, ll.Value],
+        init: ll.Value,
         restricted: bool,
         footprints: tuple[Footprint, ...],
     ) -> None:
@@ -260,22 +282,9 @@ class Lowering:
         with the thread that owns the row, so rows remain independent)."""
         b = self.b
         name = node.for_get_iterator().get_id().get_name()
-        init = self.ast_expr(node.for_get_init(), env)
-        if restricted:
-            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
-        pre, body, exit_, iv = self._loop_head(name, init)
-        carried = []
-        for _, read in plan.captured:
-            ty = V.register_type(read.dtype)
-            phi = b.phi(ty)
-            phi.add_incoming(ll.Constant(ty, ll.Undefined), pre)
-            carried.append(phi)
+        types = [V.register_type(read.dtype) for _, read in plan.captured]
+        init, iv, exit_, carried = self._open_loop(node, name, init, env, restricted, types)
         inner = {**env, name: iv}
-        cond = self.ast_expr(node.for_get_cond(), inner)
-        if restricted:
-            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
-        b.cbranch(cond, body, exit_)
-        b.position_at_end(body)
         inc = ll.Constant(V.I64, plan.step)  # a constant: also valid in the exit block below
         if footprints:
             self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
@@ -294,9 +303,7 @@ class Lowering:
         b.branch(iv.parent)
         b.position_at_end(exit_)
         with b.if_then(b.icmp_signed("!=", iv, init)):  # epilogue: the last row's B
-            self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
-            self.emit_node(plan.b_loop, {**env, name: b.sub(iv, inc, flags=["nsw"])})
-            self.read_overrides = {}
+            self.emit_late(plan, carried, plan.b_loop, {**env, name: b.sub(iv, inc, flags=["nsw"])})
 
     def emit_fused_rows(
         self,
@@ -316,34 +323,31 @@ class Lowering:
         a_iter = plan.a_loop.for_get_iterator().get_id().get_name()
         # B first: where A rewrites a contracted row buffer, B reads the old row at j before A
         # writes the new one there
-        self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
         b_at = b.add(j, ll.Constant(V.I64, plan.b_first), flags=["nsw"])
-        self.emit_node(plan.b_loop.for_get_body(), {**env, name: previous, b_iter: b_at})
-        self.read_overrides = {}
+        self.emit_late(plan, carried, plan.b_loop.for_get_body(), {**env, name: previous, b_iter: b_at})
         a_at = b.add(j, ll.Constant(V.I64, plan.a_first), flags=["nsw"])
         self.emit_node(plan.a_loop.for_get_body(), {**env, name: iv, a_iter: a_at})
         j.add_incoming(b.add(j, ll.Constant(V.I64, 1), flags=["nsw"]), b.block)
         b.branch(j.parent)
         b.position_at_end(exit_)
 
+    def emit_late(self, plan: PipelinePlan, carried, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        """Emit (part of) the late loop B, its row-invariant reads replaced by the carried values."""
+        self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
+        self.emit_node(node, env)
+        self.read_overrides = {}
+
     def captured_value(
         self, plan: PipelinePlan, stmt: str, read: ir.Read, env: dict[str, ll.Value]
     ) -> ll.Value:
         """The value `read` (row-invariant, in B's statement `stmt`) has for the row `env` is at."""
-        leaf = next(
-            leaf
-            for leaf in self.ast.leaves.values()
-            if leaf.statement == stmt and self._under(plan.b_loop, leaf)
-        )
+        leaf = dict(plan.b_leaves)[stmt]
         b_iter = plan.b_loop.for_get_iterator().get_id().get_name()
         at = {**env, b_iter: ll.Constant(V.I64, plan.b_first)}
         indices = {var: self.ast_expr(expr, at) for var, expr in leaf.index_exprs}
         scop_stmt = self.scop.statement(stmt)
         self.leaf_statement = PolyLeafContext(stmt, scop_stmt.statement, indices)
         return V.load_element(self.b, self.address(read.tensor, read.indices, read), read.dtype)
-
-    def _under(self, node: isl.AstNode, leaf: Leaf) -> bool:
-        return leaf.statement in pipeline_statements(node, self.ast)
 
     def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
         b = self.b
@@ -489,7 +493,7 @@ class Lowering:
         with b.if_then(self.ast_expr(loop.for_get_cond(), nxt)):
             for f in footprints:
                 t = self.program.tensor(f.tensor)
-                size = _element_bytes(t)
+                size = t.dtype.storage_bytes
                 lo = [self.ast_expr(e, nxt) for e in f.lo]
                 hi = [self.ast_expr(e, nxt) for e in f.hi]
                 strides = self.element_strides(f.tensor)
@@ -772,11 +776,7 @@ def _worth_prefetching(lo: list[int], hi: list[int], extents: list[int], tensor:
         span += (hi[d] - lo[d]) * stride
         count *= hi[d] - lo[d] + 1
         stride *= extents[d]
-    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * _element_bytes(tensor) <= PREFETCH_MAX_BYTES
-
-
-def _element_bytes(tensor: ir.Tensor) -> int:
-    return max(1, tensor.dtype.bits // 8)  # bool is stored as one byte
+    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * tensor.dtype.storage_bytes <= PREFETCH_MAX_BYTES
 
 
 def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:

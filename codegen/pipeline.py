@@ -33,17 +33,16 @@ import islpy as isl
 from polyhedral import Scop
 from tensorlang import ir
 
-from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int
+from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, leaves_under, unwrap
 
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """How to pipeline one phase. `prefix`: the outer body's children before A; `a_loop`,
-    `b_loop`: the last two inner loops, both `trip` iterations from `a_first` / `b_first`;
-    `captured`: (statement, read) of B's row-invariant reads of values the phase writes."""
+    """How to pipeline one phase. `step`: the outer loop's; `prefix`: the outer body's children
+    before A; `a_loop`, `b_loop`: the last two inner loops, both `trip` iterations from `a_first`
+    / `b_first`; `b_leaves`: B's statements and their leaves; `captured`: (statement, read) of
+    B's row-invariant reads of values the phase writes."""
 
-    outer: isl.AstNode
-    first: int
     step: int
     prefix: tuple[isl.AstNode, ...]
     a_loop: isl.AstNode
@@ -51,62 +50,22 @@ class PipelinePlan:
     a_first: int
     b_first: int
     trip: int
+    b_leaves: tuple[tuple[str, Leaf], ...]
     captured: tuple[tuple[str, ir.Read], ...]
-
-
-def _unwrap(node: isl.AstNode) -> isl.AstNode:
-    while node.get_type() == isl.ast_node_type.mark:
-        node = node.mark_get_node()
-    return node
 
 
 def _children(node: isl.AstNode) -> list[isl.AstNode]:
     """The nodes a block runs in order, nested blocks (and marks) flattened."""
-    node = _unwrap(node)
+    node = unwrap(node)
     if node.get_type() != isl.ast_node_type.block:
         return [node]
     kids = node.block_get_children()
     return [leaf for i in range(kids.n_ast_node()) for leaf in _children(kids.get_at(i))]
 
 
-def _leaf_names(node: isl.AstNode, ast: LoopAst, out: list[str]) -> bool:
-    """Statements under `node`, in order; False if it has anything but loops, blocks and leaves
-    (an `if` would make the per-statement reasoning below unsound)."""
-    node = _unwrap(node)
-    t = node.get_type()
-    NT = isl.ast_node_type
-    if t == NT.user:
-        out.append(ast.leaves[node.get_annotation().get_name()].statement)
-        return True
-    if t == NT.block:
-        return all(_leaf_names(c, ast, out) for c in _children(node))
-    if t == NT.for_:
-        return _leaf_names(node.for_get_body(), ast, out)
-    return False
-
-
-def _leaves_under(node: isl.AstNode, ast: LoopAst, out: list[Leaf]) -> None:
-    node = _unwrap(node)
-    t = node.get_type()
-    if t == isl.ast_node_type.user:
-        out.append(ast.leaves[node.get_annotation().get_name()])
-    elif t == isl.ast_node_type.block:
-        for c in _children(node):
-            _leaves_under(c, ast, out)
-    elif t == isl.ast_node_type.for_:
-        _leaves_under(node.for_get_body(), ast, out)
-
-
-def pipeline_statements(node: isl.AstNode, ast: LoopAst) -> list[str]:
-    """The statements of the leaves under `node`."""
-    leaves: list[Leaf] = []
-    _leaves_under(node, ast, leaves)
-    return [leaf.statement for leaf in leaves]
-
-
 def _constant_loop(node: isl.AstNode, values: Mapping[str, int]) -> tuple[int, int] | None:
     """(first, trip count) of a unit-step for loop whose bounds are constants."""
-    node = _unwrap(node)
+    node = unwrap(node)
     if node.get_type() != isl.ast_node_type.for_ or node.for_is_degenerate():
         return None
     first = evaluate_ast_int(node.for_get_init(), values)
@@ -195,36 +154,32 @@ def plan_pipeline(
         return None
     outer = phase.outer
     iterator = outer.for_get_iterator().get_id().get_name()
-    first = evaluate_ast_int(outer.for_get_init(), values)
     step = evaluate_ast_int(outer.for_get_inc(), values)
-    if first is None or step is None or step <= 0:
+    if step is None or step <= 0:
         return None
     kids = _children(outer.for_get_body())
     if len(kids) < 2:
         return None
-    a_loop, b_loop = _unwrap(kids[-2]), _unwrap(kids[-1])
+    a_loop, b_loop = unwrap(kids[-2]), unwrap(kids[-1])
     a_range, b_range = _constant_loop(a_loop, values), _constant_loop(b_loop, values)
     if a_range is None or b_range is None or a_range[1] != b_range[1]:
         return None
-    prefix_names: list[str] = []
-    a_names: list[str] = []
-    b_names: list[str] = []
-    if not (
-        all(_leaf_names(k, ast, prefix_names) for k in kids[:-2])
-        and _leaf_names(a_loop, ast, a_names)
-        and _leaf_names(b_loop.for_get_body(), ast, b_names)
+    # an `if` on the way would make the per-statement reasoning below unsound
+    prefix_leaves = [leaves_under(k, ast.leaves, through_ifs=False) for k in kids[:-2]]
+    a_leaves = leaves_under(a_loop, ast.leaves, through_ifs=False)
+    b_nodes = [unwrap(n) for n in _children(b_loop.for_get_body())]
+    if (
+        None in prefix_leaves
+        or a_leaves is None
+        or any(n.get_type() != isl.ast_node_type.user for n in b_nodes)
     ):
-        return None
-    body = _unwrap(b_loop.for_get_body())
-    simple = [_unwrap(n) for n in _children(body)]
-    if any(n.get_type() != isl.ast_node_type.user for n in simple):
-        return None  # B's body: statements only
-    leaves = {
-        ast.leaves[n.get_annotation().get_name()].statement: ast.leaves[n.get_annotation().get_name()]
-        for n in simple
-    }
-    if len(leaves) != len(b_names) or _arithmetic(scop, a_names) < MIN_A_ARITHMETIC:
-        return None
+        return None  # B's body must be statements only
+    b_leaves = {leaf.statement: leaf for leaf in (ast.leaves[n.get_annotation().get_name()] for n in b_nodes)}
+    prefix_names = [leaf.statement for leaves in prefix_leaves for leaf in leaves]
+    a_names = [leaf.statement for leaf in a_leaves]
+    b_names = list(b_leaves)
+    if len(b_names) != len(b_nodes) or _arithmetic(scop, a_names) < MIN_A_ARITHMETIC:
+        return None  # a statement split over several leaves, or too little to overlap
     before = prefix_names + a_names
     b_writes = {_written(scop, n) for n in b_names}
     for name in b_names:
@@ -239,8 +194,7 @@ def plan_pipeline(
     a_iter = a_loop.for_get_iterator().get_id().get_name()
     captured: list[tuple[str, ir.Read]] = []
     for name in b_names:
-        leaf = leaves[name]
-        exprs = dict(leaf.index_exprs)
+        exprs = dict(b_leaves[name].index_exprs)
         for read in (e for e in ir.walk(scop.statement(name).statement.rhs) if isinstance(e, ir.Read)):
             if read.tensor not in phase_writes:
                 continue  # an input, or written by an earlier phase
@@ -254,15 +208,11 @@ def plan_pipeline(
             dim = contracted.get(read.tensor)
             if dim is None or read.tensor in prefix_writes:
                 return None
-            a_leaves: list[Leaf] = []
-            _leaves_under(a_loop, ast, a_leaves)
             if not _same_position(
                 scop, a_leaves, read, exprs, dim, values, (iterator, a_iter, b_iter), a_range, b_range, step
             ):
                 return None
     return PipelinePlan(
-        outer,
-        first,
         step,
         tuple(kids[:-2]),
         a_loop,
@@ -270,6 +220,7 @@ def plan_pipeline(
         a_range[0],
         b_range[0],
         a_range[1],
+        tuple(b_leaves.items()),
         tuple(captured),
     )
 

@@ -128,7 +128,7 @@ def plan_storage(
         if dim is None:
             continue
         shape = shapes[tensor.name]
-        itemsize = 1 if tensor.dtype.is_bool else tensor.dtype.bits // 8
+        itemsize = tensor.dtype.storage_bytes
         full = math.prod(shape) * itemsize
         slice_bytes = math.prod(e for d, e in enumerate(shape) if d != dim) * itemsize
         out[tensor.name] = ContractedTemporary(tensor.name, dim, phase, offset, slice_bytes, full)

@@ -30,6 +30,11 @@ class ScalarType(enum.Enum):
         return _BITS[self]
 
     @property
+    def storage_bytes(self) -> int:
+        """Bytes of one element in memory (bool is stored as one byte)."""
+        return 1 if self is ScalarType.BOOL else _BITS[self] // 8
+
+    @property
     def is_float(self) -> bool:
         return self in (ScalarType.FLOAT16, ScalarType.FLOAT32, ScalarType.FLOAT64)
 

@@ -11,15 +11,20 @@ ROOT = Path(__file__).resolve().parents[1]
 CPU_KERNELS = ROOT / "papers" / "2026-11-cpu-kernels" / "run.py"
 
 
-def test_cpu_kernels_quick(tmp_path):
+def _run_quick(script: Path, out: Path) -> None:
+    """Run a benchmark script in quick mode; it exits non-zero when a result is wrong."""
     proc = subprocess.run(
-        [sys.executable, str(CPU_KERNELS), "--quick", "--out", str(tmp_path)],
+        [sys.executable, str(script), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
     )
-    assert proc.returncode == 0, f"run.py failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+
+
+def test_cpu_kernels_quick(tmp_path):
+    _run_quick(CPU_KERNELS, tmp_path)
     results_file = tmp_path / "results.json"
     assert results_file.exists()
     assert (tmp_path / "results.md").exists()
@@ -52,14 +57,7 @@ FUSION = ROOT / "papers" / "2026-11-fusion" / "run.py"
 
 def test_fusion_benchmark_quick(tmp_path):
     """Every fusion strategy of every benchmark kernel matches NumPy (the script exits 1 otherwise)."""
-    proc = subprocess.run(
-        [sys.executable, str(FUSION), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    _run_quick(FUSION, tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     assert {k["kernel"] for k in results["kernels"]} >= {"softmax", "layernorm", "mlp3", "chain"}
     for kernel in results["kernels"]:
