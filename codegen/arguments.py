@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +12,7 @@ from tensorlang import ir
 from tensorlang.errors import ArgumentError
 
 _INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 def _describe(tensor: ir.Tensor) -> str:
@@ -21,23 +23,9 @@ def _describe(tensor: ir.Tensor) -> str:
 def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.ndarray:
     """A C-contiguous array of exactly the declared dtype and rank (copied if strided)."""
     expected = np.dtype(tensor.dtype.numpy_name)
-    if isinstance(value, bool | int | float) and not tensor.shape:
-        kind_ok = (
-            (isinstance(value, bool) and tensor.dtype.is_bool)
-            or (isinstance(value, int) and not isinstance(value, bool) and tensor.dtype.is_integer)
-            or (isinstance(value, float) and tensor.dtype.is_float)
-        )
-        if not kind_ok:
-            raise ArgumentError(
-                f"{program.name}: input {tensor.name} is {_describe(tensor)}, got Python {type(value).__name__} {value!r}"
-            )
-        if tensor.dtype.is_integer:
-            info = np.iinfo(expected)
-            if not info.min <= value <= info.max:
-                raise ArgumentError(
-                    f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot hold {value}"
-                )
-        return np.array(value, dtype=expected)
+    # NumPy scalars (np.float64 subclasses float) follow the array rule: their dtype must match
+    if isinstance(value, bool | int | float) and not isinstance(value, np.generic) and not tensor.shape:
+        return _python_number(value, tensor, program, expected)
     if isinstance(value, np.generic):
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
@@ -55,6 +43,41 @@ def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.
             f"but found {value.ndim} dimensions (shape {value.shape}); declared as {_describe(tensor)}"
         )
     return np.ascontiguousarray(value)
+
+
+def _python_number(
+    value: bool | int | float, tensor: ir.Tensor, program: ir.Program, expected: np.dtype
+) -> np.ndarray:
+    """A Python number for a 0-d input: of the same kind, and representable in the declared type."""
+    kind_ok = (
+        (isinstance(value, bool) and tensor.dtype.is_bool)
+        or (isinstance(value, int) and not isinstance(value, bool) and tensor.dtype.is_integer)
+        or (isinstance(value, float) and tensor.dtype.is_float)
+    )
+    if not kind_ok:
+        raise ArgumentError(
+            f"{program.name}: input {tensor.name} is {_describe(tensor)}, got Python {type(value).__name__} {value!r}"
+        )
+    if tensor.dtype.is_integer:
+        info = np.iinfo(expected)
+        if not info.min <= value <= info.max:
+            raise ArgumentError(f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot hold {value}")
+        return np.array(value, dtype=expected)
+    if tensor.dtype.is_float:
+        with np.errstate(over="ignore", under="ignore"):
+            converted = np.array(value, dtype=expected)
+        # rounding is expected; a finite number becoming inf, or a non-zero one becoming 0, is not
+        overflow = np.isfinite(value) and not np.isfinite(converted)
+        underflow = value != 0.0 and converted == 0
+        if overflow or underflow:
+            info = np.finfo(expected)
+            raise ArgumentError(
+                f"{program.name}: input {tensor.name} ({tensor.dtype}) cannot represent {value!r}: "
+                f"it would become {converted.item()!r} (the range of {tensor.dtype} is "
+                f"{float(info.smallest_subnormal):.3g} to {float(info.max):.6g} in magnitude)"
+            )
+        return converted
+    return np.array(value, dtype=expected)
 
 
 def input_dims(program: ir.Program) -> tuple[tuple[tuple[str, int | str], ...], ...]:
@@ -168,3 +191,51 @@ def check_no_aliasing(
         for other, other_arr in out_items[i + 1 :]:
             if np.shares_memory(arr, other_arr):
                 raise ArgumentError(f"{program.name}: outputs {name} and {other} (out=) share memory")
+
+
+def physical_memory_bytes() -> int | None:
+    """This machine's physical memory, or None where the platform does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_allocation_sizes(
+    program: ir.Program, shapes: Mapping[str, tuple[int, ...]], sizes_text: str
+) -> None:
+    """Refuse, before anything is compiled or allocated, tensors that cannot exist: an element
+    count or byte size beyond 64 bits (any written tensor), or outputs larger than this machine's
+    physical memory. Temporaries are not held to the memory limit: the fuser may contract them."""
+    memory = physical_memory_bytes()
+    output_bytes = 0
+    for tensor in program.outputs + program.temporaries:
+        shape = shapes[tensor.name]
+        count = 1
+        for extent in shape:
+            count *= extent
+        nbytes = count * np.dtype(tensor.dtype.numpy_name).itemsize
+        described = f"{tensor.role} {tensor.name} would have shape {shape} ({sizes_text})"
+        if count > _INT64_MAX or nbytes > _INT64_MAX:
+            raise ArgumentError(
+                f"{program.name}: {described}: {count} elements, more than a 64-bit size can count"
+            )
+        if tensor.role == "output":
+            output_bytes += nbytes
+            if memory is not None and nbytes > memory:
+                raise ArgumentError(
+                    f"{program.name}: {described}: {count} elements ({_bytes_text(nbytes)}), "
+                    f"more than this machine's {_bytes_text(memory)} of memory"
+                )
+    if memory is not None and output_bytes > memory:
+        raise ArgumentError(
+            f"{program.name}: the outputs would need {_bytes_text(output_bytes)} together ({sizes_text}), "
+            f"more than this machine's {_bytes_text(memory)} of memory"
+        )
+
+
+def _bytes_text(nbytes: int) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} bytes"

@@ -13,20 +13,25 @@ from tensorlang.options import Options
 from .kernel import Kernel
 
 
-def compile(source: str, name: str | None = None, *, options: Options | None = None) -> Kernel:  # noqa: A001
-    """Compile the def `name` (or the only def) of `source` into a Kernel."""
+def compile(  # noqa: A001
+    source: str, name: str | None = None, *, options: Options | None = None, filename: str = "<source>"
+) -> Kernel:
+    """Compile the def `name` (or the only def) of `source` into a Kernel. `filename` is the name
+    errors and warnings locate the source by (`matmul.tc:3:14`), as for Python's `compile`."""
     if not isinstance(source, str):
         raise TensorLangError(
             f"tensorlang.compile expects the source text as a str, got {type(source).__name__}"
         )
     if name is not None and not isinstance(name, str):
         raise TensorLangError(f"name= must be a str, got {type(name).__name__}")
+    if not isinstance(filename, str):
+        raise TensorLangError(f"filename= must be a str, got {type(filename).__name__}")
     if options is None:
         options = Options()
     elif not isinstance(options, Options):
         raise TensorLangError(f"options= must be a tensorlang.Options, got {type(options).__name__}")
-    program = frontend.check_source(source, name)
-    syntax_text = str(frontend.select_def(frontend.parse_source(source), program.name))
+    program = frontend.check_source(source, name, filename)
+    syntax_text = str(frontend.select_def(frontend.parse_source(source, filename), program.name))
     try:
         scop = build_scop(program)
         schedule = compute_schedule(scop, options)

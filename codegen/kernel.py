@@ -196,6 +196,7 @@ class Kernel:
                         f"({t.shape[d]} with {_sizes_text(sizes)})"
                     )
             shapes[t.name] = shape
+        args_.check_allocation_sizes(self.program, shapes, _sizes_text(sizes))
         return shapes
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:

@@ -87,7 +87,7 @@ def _emit(argv: Sequence[str]) -> int:
     import tensorlang as tl
 
     args = _emit_parser().parse_args(argv)
-    kernel = tl.compile(_read(args.file), args.name)
+    kernel = tl.compile(_read(args.file), args.name, filename=args.file)
     sizes = None
     if args.size:
         sizes = {}
@@ -109,7 +109,7 @@ def _run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
     shapes = dict(_parse_shape(s) for s in args.shape)
     t0 = time.perf_counter()
-    kernel = tl.compile(_read(args.file), args.name)
+    kernel = tl.compile(_read(args.file), args.name, filename=args.file)
     compile_seconds = time.perf_counter() - t0
     program = kernel.program
     missing = [t.name for t in program.inputs if t.name not in shapes and t.rank > 0]
@@ -142,9 +142,20 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as `warning: FILE:LINE:COL: ...`, located in the user's file, not in ours."""
+    print(f"warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    warnings.simplefilter("default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = _show_warning
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         if argv and argv[0] == "run":
             return _run(argv[1:])

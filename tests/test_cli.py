@@ -51,8 +51,28 @@ def test_source_error_shows_caret(tmp_path, capsys):
     bad.write_text("def f(float(N) A) -> (B) {\n  B(i) = A(i);\n}\n")
     assert main([str(bad), "--emit", "ir"]) == 1
     err = capsys.readouterr().err
-    assert "bad.tc:2:" in err or ":2:" in err
+    # the file's own path, so that editors can jump to the line (it once said `<source>:2:`)
+    assert f"{bad}:2:" in err and "<source>" not in err
     assert "^" in err
+
+
+def test_warnings_name_the_file_not_the_compiler(tmp_path, capsys):
+    src = tmp_path / "acc.tc"
+    src.write_text("def f(float(N) A) -> (B) {\n  B(i) += A(i)\n}\n")
+    assert main(["run", str(src), "--shape", "A=3"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {src}:2:3: Reduction without initialization" in err
+    assert "checker.py" not in err and "<source>" not in err
+
+
+def test_compile_filename_locates_api_errors():
+    import tensorlang as tl
+
+    with pytest.raises(tl.ParseError) as info:
+        tl.compile("def f(float(N) A) -> (B) {\n  B(i) = A(i) +\n}\n", filename="model/f.tc")
+    assert str(info.value).startswith("model/f.tc:3:1:")
+    with pytest.raises(tl.TensorLangError, match="filename= must be a str"):
+        tl.compile("def f(float(N) A) -> (B) { B(i) = A(i) }", filename=3)
 
 
 def test_python_dash_m(tmp_path):
