@@ -46,3 +46,12 @@ def corpus() -> dict:
     if data is None:
         pytest.skip(f"corpus not found at {CORPUS_PATH}")
     return data
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--accept",
+        action="store_true",
+        default=False,
+        help="rewrite the golden files under tests/golden with today's output instead of comparing",
+    )
