@@ -72,6 +72,7 @@ class MachineCode:
     engine: llvm.ExecutionEngine
     module: llvm.ModuleRef
     entry: ctypes._CFuncPtr
+    optimised_ir: str  # the module as optimised, before machine-code generation rewrote it
 
 
 # tl_kernel(buffers, params, error, phase, lo, hi, workspace); ctypes releases the GIL during the call,
@@ -91,11 +92,12 @@ KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
 def jit(module: ll.Module, vectorize: bool = True) -> MachineCode:
     with _lock:
         ref = optimise(module, vectorize=vectorize)
+        text = str(ref)
         # the engine takes ownership of its target machine, so it gets a fresh one
         engine = llvm.create_mcjit_compiler(ref, new_target_machine())
         engine.finalize_object()
         address = engine.get_function_address("tl_kernel")
-    return MachineCode(engine, ref, KERNEL_SIGNATURE(address))
+    return MachineCode(engine, ref, KERNEL_SIGNATURE(address), text)
 
 
 def assembly_of(module: ll.Module) -> str:

@@ -13,44 +13,28 @@ import islpy as isl
 import numpy as np
 
 from polyhedral import Scop
-from polyhedral.contraction import plan_contractions
 from polyhedral.sizes import compile_size_expr
-from scheduler import Schedule, compute_schedule
+from scheduler import Schedule
 from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 from tensorlang.options import Options
 
 from . import arguments as args_
-from .astgen import LoopAst, build_ast, loop_range
-from .gemm import shared_gemm, workspace_bytes
+from .gemm import shared_gemm
 from .jit import MachineCode, assembly_of, jit, optimise
-from .loops import loops_text
-from .lower import (
-    ERROR_DIVISION,
-    ERROR_INDEX,
-    KernelLayout,
-    gemm_phase,
-    lower_to_llvm,
-    prefetched_footprints,
-)
+from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, lower_to_llvm
 from .parallel import PhasePlan, Workspaces, run_phases
-from .pipeline import PipelinePlan, plan_pipeline
-from .storage import (
-    ContractedTemporary,
-    plan_buffer_sharing,
-    plan_layouts,
-    plan_storage,
-    storage_report,
-    workspace_end,
-)
+from .plan import KernelPlan, param_values, plan_kernel
+from .storage import ContractedTemporary
 
-STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
+STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 
 
 @dataclass
 class Specialisation:
     """Machine code for one set of sizes, with the parameter values it was built for."""
 
+    plan: KernelPlan
     code: MachineCode
     layout: KernelLayout
     params: np.ndarray  # int64 parameter array passed at each call
@@ -78,7 +62,6 @@ class Kernel:
         self.schedule = schedule
         self.scop: Scop = schedule.scop
         self.options = options
-        self._prefetch = options.optimize and options.prefetch
         self._syntax_text = syntax_text
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
         self._input_dims = args_.input_dims(program)
@@ -87,8 +70,8 @@ class Kernel:
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
         self._cache: dict[tuple[int, ...], Specialisation] = {}
         self._shape_cache: dict[tuple[int, ...], dict[str, tuple[int, ...]]] = {}
-        self._schedules: dict[tuple, Schedule] = {}  # per contraction plan
-        self._generic = None  # (ast, machine code, layout) of the parametric kernel
+        self._reschedules: dict[tuple, Schedule] = {}  # schedules after contraction planning
+        self._generic = None  # (plan, machine code, layout) of the parametric kernel
         self._lock = threading.Lock()
         self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
 
@@ -251,124 +234,50 @@ class Kernel:
                 self._cache[key] = spec
         return spec
 
-    def _param_values(self, sizes: Mapping[str, int]) -> dict[str, int]:
-        values = self.scop.params.values(sizes)
-        for t in self.program.tensors:
-            for d, fn in enumerate(self._shape_fns[t.name]):
-                values[f"{t.name}.{d}"] = fn(sizes)
-        return values
-
-    def _build(self, sizes: Mapping[str, int]) -> Specialisation:
-        values = self._param_values(sizes)
-        if not self.options.specialize:
-            return self._generic_for(sizes, values)
+    def _plan(self, sizes: Mapping[str, int] | None) -> KernelPlan:
+        """The plan of the code that runs for these sizes: specialised to them, or the generic
+        plan when `Options(specialize=False)` (or no sizes) — the build path and inspect alike."""
+        sizes = sizes if self.options.specialize else None
         try:
-            scop, schedule, plans = self.scop, self.schedule, {}
-            if self.options.optimize and self.options.specialize:
-                scop, plans = plan_contractions(self.scop, sizes)
-                if plans:  # contractions run as GEMM calls: schedule the remaining loops
-                    schedule = self._contraction_schedule(scop, plans)
-            ast = build_ast(schedule, sizes if self.options.specialize else None, footprints=self._prefetch)
-            gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
-            contracted, layouts, sharing = {}, {}, {}
-            if self.options.optimize and self.options.specialize:
-                shapes = {**self._shapes(sizes), **self._input_shapes(sizes)}
-                contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
-                layouts = plan_layouts(self.program, plans, shapes)
-                sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
-            pipelines = self._pipelines(scop, ast, values, contracted, plans)
-            module, layout = lower_to_llvm(
-                scop,
-                ast,
-                values if self.options.specialize else None,
-                self.options.fast_math,
-                plans,
-                contracted,
-                layouts,
-                self._prefetch,
-                pipelines,
-            )
-            for plan in plans.values():  # GEMM bodies are compiled once per process and linked
-                shared_gemm(self.program.tensor(plan.c.tensor).dtype.numpy_name)
-            code = jit(module, vectorize=self.options.vectorize)
+            return plan_kernel(self.schedule, self.options, sizes, self._reschedules)
+        except isl.Error as exc:  # isl failures are our bugs, not the user's
+            raise TensorLangError(f"{self.name}: internal compiler error while planning: {exc}") from exc
+
+    def _compiled(self, plan: KernelPlan) -> tuple[MachineCode, KernelLayout]:
+        try:
+            module, layout = lower_to_llvm(plan)
+            for contraction in plan.contractions.values():  # GEMM bodies: compiled once per process
+                shared_gemm(self.program.tensor(contraction.c.tensor).dtype.numpy_name)
+            code = jit(module, vectorize=plan.vectorize)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
             raise TensorLangError(
                 f"{self.name}: internal compiler error while generating code: {exc}"
             ) from exc
         self.compile_count += 1
+        return code, layout
+
+    def _build(self, sizes: Mapping[str, int]) -> Specialisation:
+        values = param_values(self.scop, sizes)
+        if self.options.specialize:
+            plan = self._plan(sizes)
+            code, layout = self._compiled(plan)
+        else:  # one parametric kernel, compiled once, run with each call's sizes
+            if self._generic is None:
+                plan = self._plan(None)
+                self._generic = (plan, *self._compiled(plan))
+            plan, code, layout = self._generic
         params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        workspaces = Workspaces(workspace_end(contracted, gemm_bytes))
-        phase_plans = self._phase_plans(scop, ast, values, sizes, plans)
-        return Specialisation(code, layout, params, phase_plans, workspaces, contracted, layouts, sharing)
-
-    def _input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-        return {t.name: tuple(fn(sizes) for fn in self._shape_fns[t.name]) for t in self.program.inputs}
-
-    def _dtype(self, tensor: str) -> str:
-        return self.program.tensor(tensor).dtype.numpy_name
-
-    def _generic_for(self, sizes: Mapping[str, int], values: Mapping[str, int]) -> Specialisation:
-        """Options(specialize=False): one parametric kernel, compiled once, run with each call's sizes."""
-        if self._generic is None:
-            try:
-                ast = build_ast(self.schedule, None, footprints=self._prefetch)
-                module, layout = lower_to_llvm(
-                    self.scop, ast, None, self.options.fast_math, prefetch=self._prefetch
-                )
-                code = jit(module, vectorize=self.options.vectorize)
-            except (isl.Error, RuntimeError) as exc:
-                raise TensorLangError(
-                    f"{self.name}: internal compiler error while generating code: {exc}"
-                ) from exc
-            self.compile_count += 1
-            self._generic = (ast, code, layout)
-        ast, code, layout = self._generic
-        params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        plans = self._phase_plans(self.scop, ast, values, sizes, {})
-        return Specialisation(code, layout, params, plans, Workspaces(0), {}, {}, {})
-
-    def _contraction_schedule(self, scop: Scop, plans) -> Schedule:
-        key = tuple(sorted((name, p.m, p.n, p.k) for name, p in plans.items()))
-        schedule = self._schedules.get(key)
-        if schedule is None:
-            schedule = compute_schedule(scop, self.options)
-            self._schedules[key] = schedule
-        return schedule
-
-    def _pipelines(self, scop: Scop, ast: LoopAst, values, contracted, plans) -> dict[int, PipelinePlan]:
-        """Phases to row-pipeline (specialised sizes only). Threads that split the outer loop each
-        pipeline their own rows."""
-        options = self.options
-        if not (options.optimize and options.specialize and options.pipeline):
-            return {}
-        dims = {name: c.dim for name, c in contracted.items()}
-        found = {}
-        for n, phase in enumerate(ast.phases):
-            plan = plan_pipeline(scop, ast, phase, values, dims, set(plans))
-            if plan is not None:
-                found[n] = plan
-        return found
-
-    def _phase_plans(self, scop: Scop, ast: LoopAst, values, sizes, plans) -> tuple[PhasePlan, ...]:
-        result = []
-        for n, phase in enumerate(ast.phases):
-            work = 0
-            for name in phase.statements:
-                stmt = scop.statement(name)
-                st = stmt.statement
-                ranges = st.ranges if stmt.kind == "body" else st.ranges[: len(st.indices)]
-                points = 1
-                for r in ranges:
-                    points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
-                # a GEMM multiply-add costs a few hundredths of a simple loop instance
-                work += points // 32 if name in plans else points
-            span = loop_range(phase.loop, values) if phase.loop is not None else None
-            gemm = gemm_phase(phase, plans)
-            if gemm is not None:  # split the rows of the one GEMM among threads
-                r = scop.statement(gemm.statement).statement.range_of(gemm.m)
-                span = (compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes), 1)
-            result.append(PhasePlan(n, span, work))
-        return tuple(result)
+        return Specialisation(
+            plan,
+            code,
+            layout,
+            params,
+            plan.phase_runs(sizes, values),
+            Workspaces(plan.workspace_bytes),
+            plan.contracted,
+            plan.layouts,
+            plan.sharing,
+        )
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
         """Accesses proved in bounds only for some sizes: reject the sizes that break them."""
@@ -402,6 +311,7 @@ class Kernel:
             missing = [s.name for s in self.program.sizes if s.name not in sizes]
             if missing:
                 raise TensorLangError(f"inspect: sizes= lacks {', '.join(missing)}")
+            self._shapes(sizes)  # sizes the call would reject (ArgumentError) are not planned either
         if stage == "ast":
             return self._syntax_text
         if stage == "ir":
@@ -414,38 +324,14 @@ class Kernel:
             return str(self.schedule)
         if stage == "graph":
             return self.schedule.graph_text()
-        ast = build_ast(self.schedule, sizes, footprints=self._prefetch)
-        scop, plans = self.scop, {}
-        if sizes is not None and self.options.optimize and self.options.specialize:
-            scop, plans = plan_contractions(self.scop, sizes)
-            if plans:
-                ast = build_ast(self._contraction_schedule(scop, plans), sizes, footprints=self._prefetch)
-        contracted, layouts = {}, {}
-        if sizes is not None and self.options.optimize and self.options.specialize:
-            gemm_bytes = max((workspace_bytes(self._dtype(p.c.tensor)) for p in plans.values()), default=0)
-            shapes = self._shapes(sizes)
-            contracted = plan_storage(scop, ast, shapes, plans, gemm_bytes)
-            layouts = plan_layouts(self.program, plans, {**shapes, **self._input_shapes(sizes)})
-        values = self._param_values(sizes) if sizes is not None else None
-        pipelines = self._pipelines(scop, ast, values, contracted, plans) if values is not None else {}
+        plan = self._plan(sizes)
+        if stage == "plan":
+            return str(plan)
         if stage == "loops":
-            prefetch = {}
-            if self._prefetch:
-                excluded = set(contracted) | set(layouts)
-                specialised = values if self.options.specialize else None
-                for phase in ast.phases:
-                    fetched = prefetched_footprints(phase, self.program, plans, excluded, specialised)
-                    if fetched and phase.outer is not None:
-                        prefetch[phase.outer.get_annotation().get_name()] = tuple(f.tensor for f in fetched)
-            pipelined = {ast.phases[n].outer.get_annotation().get_name() for n in pipelines}
-            text = loops_text(scop, ast, plans, prefetch, pipelined)
-            report = storage_report(contracted)
-            return f"{report}\n{text}" if report else text
-        module, _ = lower_to_llvm(
-            scop, ast, values, self.options.fast_math, plans, contracted, layouts, self._prefetch, pipelines
-        )
+            return plan.loops()
+        module, _ = lower_to_llvm(plan)
         if stage == "llvm":
-            return str(optimise(module, vectorize=self.options.vectorize))
+            return str(optimise(module, vectorize=plan.vectorize))
         return assembly_of(module)
 
 

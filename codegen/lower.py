@@ -9,7 +9,6 @@ details are in `error[0..3]`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import islpy as isl
@@ -22,20 +21,16 @@ from tensorlang import ir
 from tensorlang.dtypes import ScalarType
 
 from . import values as V
-from .astgen import Footprint, Leaf, LoopAst, Phase, evaluate_ast_int
+from .astgen import Footprint, Leaf
 from .builtins import emit_builtin
 from .gemm import declare_gemm
 from .pipeline import PipelinePlan
-from .storage import ContractedTemporary
+from .plan import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES, KernelPlan, PhaseDecision, Split
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
 
 
-#: Footprints larger than this are not prefetched (they would not stay in L2 for long), nor
-#: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
-PREFETCH_MAX_BYTES = 256 << 10
-PREFETCH_MIN_BYTES = 1 << 10
 #: llvm.prefetch locality: 2 = prefetcht1, into L2 (and L3).
 PREFETCH_LOCALITY = 2
 CACHE_LINE = 64
@@ -66,53 +61,35 @@ def _contains_trap_or_read(e: ir.Expr) -> bool:
 
 
 class Lowering:
-    """Emits one kernel module. Single use: construct, then call `run()`."""
+    """Emits one kernel module from a KernelPlan. Single use: construct, then call `run()`."""
 
-    def __init__(
-        self,
-        scop: Scop,
-        ast: LoopAst,
-        layout: KernelLayout,
-        param_values: Mapping[str, int] | None,
-        fast_math: bool,
-        plans: Mapping[str, ContractionPlan] | None = None,
-        contracted: Mapping[str, ContractedTemporary] | None = None,
-        layouts: Mapping[str, tuple[int, ...]] | None = None,
-        prefetch: bool = False,
-        pipelines: Mapping[int, PipelinePlan] | None = None,
-    ):
-        self.scop = scop
-        self.prefetch = prefetch
-        self.pipelines = dict(pipelines or {})  # phase → its row pipelining
-        self.pipeline_next_for: PipelinePlan | None = None
-        self.read_overrides: dict[int, ll.Value] = {}  # id(ir.Read) → value loaded earlier
-        self.plans = dict(plans or {})
-        self.contracted = dict(contracted or {})
-        self.layouts = dict(layouts or {})  # tensor → storage order of its dimensions
-        self.program = scop.program
-        self.ast = ast
-        self.layout = layout
-        self.flags = ("fast",) if fast_math else ()
+    def __init__(self, plan: KernelPlan):
+        self.plan = plan
+        self.scop = plan.scop
+        self.program = plan.scop.program
+        self.ast = plan.ast
+        self.plans = plan.contractions
+        self.contracted = plan.contracted
+        self.layouts = plan.layouts  # tensor → storage order of its dimensions
+        self.param_values = plan.param_values
+        self.layout = kernel_layout(plan.scop)
+        self.flags = ("fast",) if plan.fast_math else ()
         self.module = ll.Module("tensorlang")
         self.check_ids = {}  # (statement, id(read)) -> index into scop.checks
-        for n, c in enumerate(scop.checks):
+        for n, c in enumerate(plan.scop.checks):
             self.check_ids[(c.statement, id(c.read) if c.read is not None else None)] = n
-        self.param_values = param_values
-        self.restrict_next_for = False  # the phase's parallel loop runs only iterations [lo, hi)
-        self.restrict_gemm_rows = False  # a lone contraction phase splits its M rows instead
-        self.prefetch_next_for: tuple[Footprint, ...] = ()  # what the phase's outer loop prefetches
+        self.read_overrides: dict[int, ll.Value] = {}  # id(ir.Read) → value loaded earlier
+        self.decision: PhaseDecision | None = None  # the phase being emitted; its outer loop not yet
         self.leaf_statement: PolyLeafContext | None = None
         self.phase_functions: list[ll.Function] = []
 
     # ------------------------------------------------------------------ driver
 
     def run(self) -> ll.Module:
-        for n, phase in enumerate(self.ast.phases):
-            self._begin_phase(n)
-            self.restrict_next_for = phase.loop is not None
-            self.restrict_gemm_rows = gemm_phase(phase, self.plans) is not None
-            self.prefetch_next_for = self.prefetched(phase) if self.prefetch else ()
-            self.pipeline_next_for = self.pipelines.get(n)
+        for decision, phase in zip(self.plan.phases, self.ast.phases):
+            self._begin_phase(decision.index)
+            self.decision = decision
+            self.restrict_gemm_rows = decision.split is Split.GEMM_ROWS
             self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
         self._emit_entry()
@@ -248,9 +225,11 @@ class Lowering:
             self.emit_node(node.for_get_body(), {**env, name: init})
             return
         b = self.b
-        restricted, self.restrict_next_for = self.restrict_next_for, False
-        footprints, self.prefetch_next_for = self.prefetch_next_for, ()
-        pipeline, self.pipeline_next_for = self.pipeline_next_for, None
+        # the phase's outermost loop carries the phase's decisions; loops inside it none
+        decision, self.decision = self.decision, None
+        restricted = decision is not None and decision.split is Split.OUTER_LOOP
+        footprints = decision.prefetch if decision is not None else ()
+        pipeline = decision.pipeline if decision is not None else None
         if pipeline is not None:
             self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
             return
@@ -468,10 +447,6 @@ class Lowering:
         )  # fmt: skip
 
     # ------------------------------------------------------------------ prefetching
-
-    def prefetched(self, phase: Phase) -> tuple[Footprint, ...]:
-        excluded = set(self.contracted) | set(self.layouts)
-        return prefetched_footprints(phase, self.program, self.plans, excluded, self.param_values)
 
     def emit_prefetch(
         self,
@@ -716,74 +691,7 @@ class PolyLeafContext:
         return int(self.name[1:])
 
 
-def lower_to_llvm(
-    scop: Scop,
-    ast: LoopAst,
-    param_values: Mapping[str, int] | None,
-    fast_math: bool = False,
-    plans: Mapping[str, ContractionPlan] | None = None,
-    contracted: Mapping[str, ContractedTemporary] | None = None,
-    layouts: Mapping[str, tuple[int, ...]] | None = None,
-    prefetch: bool = False,
-    pipelines: Mapping[int, PipelinePlan] | None = None,
-) -> tuple[ll.Module, KernelLayout]:
-    layout = kernel_layout(scop)
-    lowering = Lowering(
-        scop, ast, layout, param_values, fast_math, plans, contracted, layouts, prefetch, pipelines
-    )
-    return lowering.run(), layout
-
-
-def prefetched_footprints(
-    phase: Phase,
-    program: ir.Program,
-    plans: Mapping[str, ContractionPlan],
-    excluded: set[str],
-    values: Mapping[str, int] | None = None,
-) -> tuple[Footprint, ...]:
-    """What a phase prefetches one outer iteration ahead: reads of tensors in plain row-major
-    storage (`excluded` holds per-thread contracted slices, which stay in cache, and relayouts),
-    outside phases with GEMM calls, which pack their operands themselves. With the parameter
-    `values` of a specialised kernel, footprints that are not worth it at the loop's first
-    iteration are left out here; otherwise the generated code checks at run time."""
-    if any(s in plans for s in phase.statements):
-        return ()
-    chosen = []
-    for f in phase.footprints:
-        if f.tensor in excluded:
-            continue
-        if values is not None and phase.outer is not None:
-            first = evaluate_ast_int(phase.outer.for_get_init(), values)
-            iterator = phase.outer.for_get_iterator().get_id().get_name()
-            at_first = {**values, iterator: first} if first is not None else values
-            lo = [evaluate_ast_int(e, at_first) for e in f.lo]
-            hi = [evaluate_ast_int(e, at_first) for e in f.hi]
-            if None not in lo and None not in hi:
-                extents = [values.get(f"{f.tensor}.{d}") for d in range(len(lo))]
-                if None not in extents and not _worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
-                    continue
-        chosen.append(f)
-    return tuple(chosen)
-
-
-def _worth_prefetching(lo: list[int], hi: list[int], extents: list[int], tensor: ir.Tensor) -> bool:
-    """The box is contiguous enough (it covers at least half of the address range from its first
-    to its last element) and small enough."""
-    span, count, stride = 1, 1, 1
-    for d in reversed(range(len(lo))):
-        if hi[d] < lo[d]:
-            return False
-        span += (hi[d] - lo[d]) * stride
-        count *= hi[d] - lo[d] + 1
-        stride *= extents[d]
-    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * tensor.dtype.storage_bytes <= PREFETCH_MAX_BYTES
-
-
-def gemm_phase(phase: Phase, plans: Mapping[str, ContractionPlan]) -> ContractionPlan | None:
-    """The plan of a phase that is a single contraction call with no loop around it."""
-    node = phase.node
-    while node.get_type() == isl.ast_node_type.mark:
-        node = node.mark_get_node()
-    if node.get_type() != isl.ast_node_type.user or len(phase.statements) != 1:
-        return None
-    return plans.get(phase.statements[0])
+def lower_to_llvm(plan: KernelPlan) -> tuple[ll.Module, KernelLayout]:
+    """The plan's LLVM module and the argument layout its entry expects."""
+    lowering = Lowering(plan)
+    return lowering.run(), lowering.layout

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .errors import TensorLangError
 
-EMIT_STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "loops", "llvm", "asm")
+EMIT_STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 
 USAGE = """\
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...]
@@ -26,7 +26,7 @@ def _emit_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the def to compile when the file holds several")
     p.add_argument("--emit", required=True, choices=EMIT_STAGES, help="the stage to print")
     p.add_argument(
-        "--size", action="append", default=[], metavar="N=8", help="specialise loops/llvm/asm to a size"
+        "--size", action="append", default=[], metavar="N=8", help="specialise plan/loops/llvm/asm to a size"
     )
     return p
 

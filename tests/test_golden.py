@@ -18,7 +18,7 @@ import tensorlang as tl
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 KERNELS = sorted(p.stem for p in GOLDEN.glob("*.tc"))
-STAGES = ("ir", "scop", "schedule", "loops")
+STAGES = ("ir", "scop", "schedule", "plan", "loops")
 PINNED_CACHES = {1: 48 << 10, 2: 2 << 20, 3: 32 << 20}  # bytes per level, as on the reference host
 
 
@@ -40,7 +40,7 @@ def _source_and_sizes(kernel: str) -> tuple[str, dict[str, int]]:
 def stage_text(kernel: str, stage: str) -> str:
     source, sizes = _source_and_sizes(kernel)
     k = tl.compile(source, options=tl.Options(threads=2))
-    return k.inspect(stage, sizes=sizes if stage == "loops" else None).rstrip("\n") + "\n"
+    return k.inspect(stage, sizes=sizes if stage in ("plan", "loops") else None).rstrip("\n") + "\n"
 
 
 def test_every_kernel_has_its_golden_files():

@@ -1,0 +1,342 @@
+"""codegen planning: Schedule + Options + sizes (or none) → KernelPlan, the call-time pipeline listed once.
+
+`plan_kernel` is the only place where the steps between a schedule and LLVM IR are listed, in
+the order they run. Everything lowering needs is decided here and recorded in the frozen
+`KernelPlan`: lowering reads the plan and decides nothing. The kernel's build path, its generic
+(symbolic-size) path and `inspect` all call `plan_kernel` with the same arguments for the same
+call, so what is inspected is what runs. The plan prints (`inspect("plan")`) and hashes
+deterministically: the same program, options and sizes give the same text.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import Scop
+from polyhedral.contraction import ContractionPlan, plan_contractions
+from polyhedral.sizes import compile_size_expr
+from scheduler import Schedule, compute_schedule
+from tensorlang import ir
+from tensorlang.errors import TensorLangError
+from tensorlang.options import Options
+
+from .astgen import Footprint, LoopAst, Phase, build_ast, evaluate_ast_int, loop_range, unwrap
+from .gemm import workspace_bytes
+from .loops import loops_text
+from .parallel import PhasePlan
+from .pipeline import PipelinePlan, plan_pipeline
+from .storage import (
+    ContractedTemporary,
+    plan_buffer_sharing,
+    plan_layouts,
+    plan_storage,
+    storage_report,
+    workspace_end,
+)
+
+#: Footprints larger than this are not prefetched (they would not stay in L2 for long), nor
+#: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
+PREFETCH_MAX_BYTES = 256 << 10
+PREFETCH_MIN_BYTES = 1 << 10
+
+
+class PlanError(TensorLangError):
+    """A KernelPlan broke one of its invariants: a compiler bug, reported instead of miscompiled."""
+
+
+class Split(enum.Enum):
+    """How threads share one phase."""
+
+    SERIAL = "serial"  # one thread runs the whole phase
+    OUTER_LOOP = "outer loop"  # the phase's outermost loop carries no dependence: split its iterations
+    GEMM_ROWS = "gemm rows"  # the phase is one contraction call: split its M rows
+
+
+@dataclass(frozen=True)
+class PhaseDecision:
+    """What lowering does with one phase (a top-level loop nest of the AST)."""
+
+    index: int
+    split: Split
+    prefetch: tuple[Footprint, ...]  # rows each outer iteration prefetches for the next
+    pipeline: PipelinePlan | None  # row pipelining of the outer loop, if any
+
+    def describe(self, phase: Phase) -> str:
+        parts = [f"phase {self.index}: {', '.join(phase.statements) or 'no statements'}"]
+        parts.append(f"threads split the {self.split.value}" if self.split is not Split.SERIAL else "serial")
+        if self.pipeline is not None:
+            parts.append(f"pipelined ({self.pipeline.trip} elements per row)")
+        if self.prefetch:
+            parts.append(f"prefetches {', '.join(f.tensor for f in self.prefetch)}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, eq=False)
+class KernelPlan:
+    """Everything decided between a schedule and LLVM IR, for one set of sizes or for all.
+
+    `param_values` is None for the generic kernel (sizes are run-time parameters); otherwise the
+    sizes are constants of the generated code. `scop` is the program after contraction planning
+    (GEMM statements projected), `ast` the loops lowering emits."""
+
+    program: ir.Program
+    scop: Scop
+    ast: LoopAst
+    sizes: tuple[tuple[str, int], ...] | None
+    param_values: Mapping[str, int] | None
+    fast_math: bool
+    vectorize: bool
+    contractions: Mapping[str, ContractionPlan]  # statement → its GEMM call
+    contracted: Mapping[str, ContractedTemporary]  # temporaries kept as one slice per thread
+    layouts: Mapping[str, tuple[int, ...]]  # inputs relaid out for the GEMM (dimension order)
+    sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
+    phases: tuple[PhaseDecision, ...]
+    workspace_bytes: int  # per-thread scratch: packed GEMM operands and contracted slices
+
+    @property
+    def specialised(self) -> bool:
+        return self.param_values is not None
+
+    def loops(self) -> str:
+        """The loop nest as C-like text, with its storage decisions (`inspect("loops")`)."""
+        prefetch, pipelined = {}, set()
+        for decision, phase in zip(self.phases, self.ast.phases):
+            name = phase.outer.get_annotation().get_name() if phase.outer is not None else None
+            if decision.prefetch and name is not None:
+                prefetch[name] = tuple(f.tensor for f in decision.prefetch)
+            if decision.pipeline is not None and name is not None:
+                pipelined.add(name)
+        text = loops_text(self.scop, self.ast, self.contractions, prefetch, pipelined)
+        report = storage_report(self.contracted)
+        return f"{report}\n{text}" if report else text
+
+    def __str__(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes) if self.sizes is not None else "symbolic"
+        lines = [f"// plan for {self.program.name} ({sizes})"]
+        lines += [f"// {d.describe(p)}" for d, p in zip(self.phases, self.ast.phases)]
+        for name, plan in sorted(self.contractions.items()):
+            lines.append(f"// {name}: GEMM m={plan.m} n={plan.n} k={plan.k}")
+        for name, order in sorted(self.layouts.items()):
+            lines.append(f"// {name}: passed in dimension order {order}")
+        for name, slot in sorted(self.sharing.items()):
+            lines.append(f"// {name}: shares buffer {slot}")
+        lines.append(f"// workspace: {self.workspace_bytes} bytes per thread")
+        flags = [f for f, on in (("fast-math", self.fast_math), ("no-vectorize", not self.vectorize)) if on]
+        if flags:
+            lines.append(f"// {' '.join(flags)}")
+        return "\n".join(lines) + "\n" + self.loops()
+
+    @property
+    def key(self) -> str:
+        """A stable hash of the plan's text: equal for the same program, options and sizes."""
+        return hashlib.sha256(str(self).encode()).hexdigest()
+
+    def verify(self) -> None:
+        """Check the plan's invariants; raise PlanError (never a bare assert) when one breaks."""
+        if len(self.phases) != len(self.ast.phases):
+            raise PlanError(
+                f"{self.program.name}: {len(self.phases)} decisions for {len(self.ast.phases)} phases"
+            )
+        if not self.specialised and (self.contractions or self.contracted or self.layouts or self.sharing):
+            raise PlanError(f"{self.program.name}: a generic plan with size-specific storage or GEMM calls")
+        temporaries = {t.name for t in self.program.temporaries}
+        for name in set(self.contracted) | set(self.sharing):
+            if name not in temporaries:
+                raise PlanError(f"{self.program.name}: {name} is not a temporary but its storage is planned")
+        for name in set(self.contracted) & set(self.sharing):
+            raise PlanError(f"{self.program.name}: {name} is both contracted and shared")
+        for name in self.layouts:
+            if self.program.tensor(name).role != "input":
+                raise PlanError(f"{self.program.name}: relayout of {name}, which is not an input")
+        ends = [c.offset + c.slice_bytes for c in self.contracted.values()]
+        if any(end > self.workspace_bytes for end in ends):
+            raise PlanError(f"{self.program.name}: a contracted slice lies outside the workspace")
+        for decision, phase in zip(self.phases, self.ast.phases):
+            if decision.split is Split.OUTER_LOOP and phase.loop is None:
+                raise PlanError(f"{self.program.name}: phase {decision.index} split without a parallel loop")
+            if decision.split is Split.GEMM_ROWS and gemm_phase(phase, self.contractions) is None:
+                raise PlanError(f"{self.program.name}: phase {decision.index} split as a GEMM without one")
+            if decision.pipeline is not None and not self.specialised:
+                raise PlanError(f"{self.program.name}: phase {decision.index} pipelined without sizes")
+
+    def phase_runs(self, sizes: Mapping[str, int], values: Mapping[str, int]) -> tuple[PhasePlan, ...]:
+        """How the runtime dispatches each phase for these sizes: the split range and the work."""
+        runs = []
+        for decision, phase in zip(self.phases, self.ast.phases):
+            work = 0
+            for name in phase.statements:
+                stmt = self.scop.statement(name)
+                st = stmt.statement
+                ranges = st.ranges if stmt.kind == "body" else st.ranges[: len(st.indices)]
+                points = 1
+                for r in ranges:
+                    points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
+                # a GEMM multiply-add costs a few hundredths of a simple loop instance
+                work += points // 32 if name in self.contractions else points
+            span = None
+            if decision.split is Split.OUTER_LOOP:
+                span = loop_range(phase.loop, values)
+            elif decision.split is Split.GEMM_ROWS:
+                gemm = self.contractions[phase.statements[0]]
+                r = self.scop.statement(gemm.statement).statement.range_of(gemm.m)
+                span = (compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes), 1)
+            runs.append(PhasePlan(decision.index, span, work))
+        return tuple(runs)
+
+
+def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[str, int]:
+    """The value of every kernel parameter for these sizes: isl parameters, then tensor extents."""
+    values = scop.params.values(sizes)
+    for t in scop.program.tensors:
+        for d, extent in enumerate(t.shape):
+            values[f"{t.name}.{d}"] = compile_size_expr(extent)(sizes)
+    return values
+
+
+def plan_kernel(
+    schedule: Schedule,
+    options: Options,
+    sizes: Mapping[str, int] | None,
+    reschedules: MutableMapping[tuple, Schedule] | None = None,
+) -> KernelPlan:
+    """The call-time pipeline, in order. `sizes` None plans the generic kernel (what
+    `Options(specialize=False)` runs); size-dependent steps are then left out. `reschedules`
+    memoises the schedules that contraction planning asks for, per set of contractions."""
+    program, scop = schedule.scop.program, schedule.scop
+    values = param_values(scop, sizes) if sizes is not None else None
+    transform = options.optimize and sizes is not None  # transformations that need concrete sizes
+
+    # 1. contractions: matmul-like statements become GEMM calls; the rest is rescheduled
+    contractions: dict[str, ContractionPlan] = {}
+    if transform:
+        scop, contractions = plan_contractions(scop, sizes)
+        if contractions:
+            schedule = _reschedule(scop, contractions, options, reschedules)
+    # 2. the loop AST and its phases
+    prefetch = options.optimize and options.prefetch
+    ast = build_ast(schedule, sizes, footprints=prefetch)
+    # 3. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
+    gemm_bytes = max((workspace_bytes(_dtype(program, p.c.tensor)) for p in contractions.values()), default=0)
+    contracted, layouts, sharing = {}, {}, {}
+    if transform:
+        shapes = {t.name: tuple(compile_size_expr(d)(sizes) for d in t.shape) for t in program.tensors}
+        contracted = plan_storage(scop, ast, shapes, contractions, gemm_bytes)
+        layouts = plan_layouts(program, contractions, shapes)
+        sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
+    # 4. per phase: thread split, row pipelining, prefetching
+    pipelines = {}
+    if transform and options.pipeline:
+        dims = {name: c.dim for name, c in contracted.items()}
+        for n, phase in enumerate(ast.phases):
+            found = plan_pipeline(scop, ast, phase, values, dims, set(contractions))
+            if found is not None:
+                pipelines[n] = found
+    excluded = set(contracted) | set(layouts)
+    phases = tuple(
+        PhaseDecision(
+            n,
+            _split(phase, contractions),
+            _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
+            pipelines.get(n),
+        )
+        for n, phase in enumerate(ast.phases)
+    )
+    plan = KernelPlan(
+        program=program,
+        scop=scop,
+        ast=ast,
+        sizes=tuple((s.name, int(sizes[s.name])) for s in program.sizes) if sizes is not None else None,
+        param_values=values,
+        fast_math=options.fast_math,
+        vectorize=options.vectorize,
+        contractions=contractions,
+        contracted=contracted,
+        layouts=layouts,
+        sharing=sharing,
+        phases=phases,
+        workspace_bytes=workspace_end(contracted, gemm_bytes),
+    )
+    plan.verify()
+    return plan
+
+
+def _reschedule(
+    scop: Scop,
+    contractions: Mapping[str, ContractionPlan],
+    options: Options,
+    memo: MutableMapping[tuple, Schedule] | None,
+) -> Schedule:
+    key = tuple(sorted((name, p.m, p.n, p.k) for name, p in contractions.items()))
+    if memo is not None and key in memo:
+        return memo[key]
+    schedule = compute_schedule(scop, options)
+    if memo is not None:
+        memo[key] = schedule
+    return schedule
+
+
+def _dtype(program: ir.Program, tensor: str) -> str:
+    return program.tensor(tensor).dtype.numpy_name
+
+
+def gemm_phase(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> ContractionPlan | None:
+    """The contraction of a phase that is a single GEMM call with no loop around it."""
+    if len(phase.statements) != 1 or unwrap(phase.node).get_type() != isl.ast_node_type.user:
+        return None
+    return contractions.get(phase.statements[0])
+
+
+def _split(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> Split:
+    if gemm_phase(phase, contractions) is not None:
+        return Split.GEMM_ROWS
+    return Split.OUTER_LOOP if phase.loop is not None else Split.SERIAL
+
+
+def _prefetched(
+    phase: Phase,
+    program: ir.Program,
+    contractions: Mapping[str, ContractionPlan],
+    excluded: set[str],
+    values: Mapping[str, int] | None,
+) -> tuple[Footprint, ...]:
+    """What a phase prefetches one outer iteration ahead: reads of tensors in plain row-major
+    storage (`excluded` holds per-thread contracted slices, which stay in cache, and relayouts),
+    outside phases with GEMM calls, which pack their operands themselves. With the parameter
+    `values` of a specialised kernel, footprints that are not worth it at the loop's first
+    iteration are left out here; otherwise the generated code checks at run time."""
+    if any(s in contractions for s in phase.statements):
+        return ()
+    chosen = []
+    for f in phase.footprints:
+        if f.tensor in excluded:
+            continue
+        if values is not None and phase.outer is not None:
+            first = evaluate_ast_int(phase.outer.for_get_init(), values)
+            iterator = phase.outer.for_get_iterator().get_id().get_name()
+            at_first = {**values, iterator: first} if first is not None else values
+            lo = [evaluate_ast_int(e, at_first) for e in f.lo]
+            hi = [evaluate_ast_int(e, at_first) for e in f.hi]
+            if None not in lo and None not in hi:
+                extents = [values.get(f"{f.tensor}.{d}") for d in range(len(lo))]
+                if None not in extents and not _worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
+                    continue
+        chosen.append(f)
+    return tuple(chosen)
+
+
+def _worth_prefetching(lo: list[int], hi: list[int], extents: list[int], tensor: ir.Tensor) -> bool:
+    """The box is contiguous enough (it covers at least half of the address range from its first
+    to its last element) and small enough."""
+    span, count, stride = 1, 1, 1
+    for d in reversed(range(len(lo))):
+        if hi[d] < lo[d]:
+            return False
+        span += (hi[d] - lo[d]) * stride
+        count *= hi[d] - lo[d] + 1
+        stride *= extents[d]
+    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * tensor.dtype.storage_bytes <= PREFETCH_MAX_BYTES

@@ -1,0 +1,95 @@
+"""The KernelPlan stage: one plan for the build path, the generic path and inspect; printable,
+deterministic and verified."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from codegen.plan import KernelPlan, PlanError, Split, plan_kernel
+
+MLP = """def mlp(float(M,K) X, float(K,N) W, float(N) b) -> (O) {
+  O(i,j) +=! X(i,k) * W(k,j)
+  O(i,j) = fmax(O(i,j) + b(j), 0.0)
+}"""
+S1 = {"M": 64, "K": 48, "N": 80}
+S2 = {"M": 37, "K": 5, "N": 130}
+
+
+def _inputs(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    M, K, N = sizes["M"], sizes["K"], sizes["N"]
+    return [rng.standard_normal(s).astype(np.float32) for s in ((M, K), (K, N), (N,))]
+
+
+def _reference(X, W, b):
+    return np.maximum(X.astype(np.float64) @ W + b, 0.0)
+
+
+@pytest.mark.parametrize("specialize", [True, False])
+def test_inspected_module_is_the_module_that_runs(specialize):
+    k = tl.compile(MLP, options=tl.Options(specialize=specialize))
+    for sizes in (S1, S2):
+        args = _inputs(sizes)
+        np.testing.assert_allclose(k(*args), _reference(*args), rtol=1e-4, atol=1e-4)
+        key = tuple(sizes[s.name] for s in k.program.sizes)
+        ran = k._cache[key].code.optimised_ir
+        assert k.inspect("llvm", sizes=sizes) == ran
+    if not specialize:  # one generic module for every size, and that is what inspect shows
+        assert k.compile_count == 1
+        assert k.inspect("llvm", sizes=S1) == k.inspect("llvm", sizes=S2)
+        assert k.inspect("plan", sizes=S1) == k.inspect("plan", sizes=S2)
+
+
+def test_plan_text_differs_by_sizes_and_is_deterministic():
+    k = tl.compile(MLP)
+    p1, p2 = k.inspect("plan", sizes=S1), k.inspect("plan", sizes=S2)
+    assert p1 != p2 and "M=64" in p1 and "GEMM" in p1
+    again = tl.compile(MLP)
+    assert again.inspect("plan", sizes=S1) == p1  # a fresh compile of the same program
+    a = plan_kernel(k.schedule, k.options, S1)
+    b = plan_kernel(again.schedule, again.options, S1)
+    assert a.key == b.key and a.key != plan_kernel(k.schedule, k.options, S2).key
+
+
+def test_plan_lists_the_phase_decisions():
+    softmax = """def softmax(float(N, D) I) -> (O) {
+        mx(n) max=! I(n, d)
+        e(n, d) = exp(I(n, d) - mx(n))
+        s(n) +=! e(n, d)
+        O(n, d) = e(n, d) / s(n)
+    }"""
+    k = tl.compile(softmax)
+    plan = plan_kernel(k.schedule, k.options, {"N": 33, "D": 129})
+    assert isinstance(plan, KernelPlan)
+    (phase,) = plan.phases
+    assert phase.split is Split.OUTER_LOOP and phase.pipeline is not None
+    assert set(plan.contracted) == {"mx", "e", "s"}
+    text = str(plan)
+    assert "phase 0" in text and "pipelined" in text and "contracted" in text
+    generic = plan_kernel(k.schedule, k.options, None)
+    assert not generic.specialised and not generic.contracted and generic.phases[0].pipeline is None
+    assert "symbolic" in str(generic)
+    gemm = tl.compile("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+    plan = plan_kernel(gemm.schedule, gemm.options, {"M": 67, "K": 45, "N": 83})
+    assert [d.split for d in plan.phases] == [Split.OUTER_LOOP, Split.GEMM_ROWS]
+
+
+def test_verify_rejects_a_broken_plan():
+    k = tl.compile(MLP)
+    plan = plan_kernel(k.schedule, k.options, S1)
+    broken = KernelPlan(**{**plan.__dict__, "phases": plan.phases[:-1]})
+    with pytest.raises(PlanError, match="decisions for"):
+        broken.verify()
+    generic = plan_kernel(k.schedule, k.options, None)
+    with pytest.raises(PlanError, match="generic plan"):
+        KernelPlan(**{**generic.__dict__, "layouts": {"W": (1, 0)}}).verify()
+    with pytest.raises(PlanError, match="not a temporary"):
+        KernelPlan(**{**plan.__dict__, "sharing": {"X": 0}}).verify()
+
+
+def test_inspect_plan_rejects_sizes_the_call_would_reject():
+    k = tl.compile("def shift(float(N) A) -> (B) { B(i) = A(i + 2) where i in 0:N-2 }")
+    with pytest.raises(tl.ArgumentError):
+        k.inspect("plan", sizes={"N": 1})
