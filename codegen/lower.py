@@ -75,10 +75,14 @@ class Lowering:
         self.layout = kernel_layout(plan.scop)
         self.flags = ("fast",) if plan.fast_math else ()
         self.module = ll.Module("tensorlang")
-        self.check_ids = {}  # (statement, id(read)) -> index into scop.checks
+        # run-time bounds checks by what they check: (statement, read), None for the write. Reads
+        # are values (frozen, compared without their spans), so a rewrite that copies a read still
+        # finds its checks; equal reads of one statement get the checks of all of them.
+        self.checks_of: dict[tuple[str, ir.Read | None], list[tuple[int, int]]] = {}
         for n, c in enumerate(plan.scop.checks):
-            self.check_ids[(c.statement, id(c.read) if c.read is not None else None)] = n
-        self.read_overrides: dict[int, ll.Value] = {}  # id(ir.Read) → value loaded earlier
+            found = self.checks_of.setdefault((c.statement, c.read), [])
+            found += [(n, d) for d in c.dynamic_dims if d not in {dim for _, dim in found}]
+        self.read_overrides: dict[tuple[str, ir.Read], ll.Value] = {}  # (statement, read) → loaded earlier
         self.decision: PhaseDecision | None = None  # the phase being emitted; its outer loop not yet
         self.leaf_statement: PolyLeafContext | None = None
         self.phase_functions: list[ll.Function] = []
@@ -312,7 +316,7 @@ class Lowering:
 
     def emit_late(self, plan: PipelinePlan, carried, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         """Emit (part of) the late loop B, its row-invariant reads replaced by the carried values."""
-        self.read_overrides = {id(read): v for (_, read), v in zip(plan.captured, carried)}
+        self.read_overrides = dict(zip(plan.captured, carried))
         self.emit_node(node, env)
         self.read_overrides = {}
 
@@ -541,10 +545,8 @@ class Lowering:
     def address(self, tensor: str, subscripts: tuple[ir.Expr, ...], read: ir.Read | None) -> ll.Value:
         b = self.b
         idx = [self.index_value(s) for s in subscripts]
-        check = self.check_ids.get((self.leaf_statement.name, id(read) if read is not None else None))
-        if check is not None:
-            for d in self.scop.checks[check].dynamic_dims:
-                self.require_in_range(idx[d], self.extent(tensor, d), check, d)
+        for check, d in self.checks_of.get((self.leaf_statement.name, read), ()):
+            self.require_in_range(idx[d], self.extent(tensor, d), check, d)
         offset = ll.Constant(V.I64, 0)
         for i, stride in zip(idx, self.element_strides(tensor)):
             offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
@@ -599,8 +601,9 @@ class Lowering:
             case ir.SizeRef(name=n):
                 return V.convert(b, self.params[isl_param_name(n)], ScalarType.INT64, e.dtype)
             case ir.Read(tensor=t, indices=ix):
-                if id(e) in self.read_overrides:
-                    return self.read_overrides[id(e)]
+                carried = self.read_overrides.get((self.leaf_statement.name, e))
+                if carried is not None:
+                    return carried
                 return V.load_element(b, self.address(t, ix, e), e.dtype)
             case ir.Cast(operand=o):
                 return V.convert(b, self.value(o), o.dtype, e.dtype)

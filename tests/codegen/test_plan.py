@@ -93,3 +93,39 @@ def test_inspect_plan_rejects_sizes_the_call_would_reject():
     k = tl.compile("def shift(float(N) A) -> (B) { B(i) = A(i + 2) where i in 0:N-2 }")
     with pytest.raises(tl.ArgumentError):
         k.inspect("plan", sizes={"N": 1})
+
+
+def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
+    """Checks are found by what they check, not by object identity: lowering a plan whose
+    statements were deep-copied still checks the gather (it once silently dropped the check)."""
+    import copy
+    import dataclasses
+
+    from codegen.jit import jit
+    from codegen.lower import ERROR_INDEX, lower_to_llvm
+
+    src = "def gather(float(V, D) T, int32(N) I) -> (O) { O(n, d) = T(I(n), d) }"
+    k = tl.compile(src, options=tl.Options(threads=1))
+    sizes = {"V": 5, "D": 3, "N": 4}
+    plan = plan_kernel(k.schedule, k.options, sizes)
+    copied = tuple(dataclasses.replace(s, statement=copy.deepcopy(s.statement)) for s in plan.scop.statements)
+    assert all(a.statement is not b.statement for a, b in zip(copied, plan.scop.statements))
+    rewritten = dataclasses.replace(plan, scop=dataclasses.replace(plan.scop, statements=copied))
+    module, layout = lower_to_llvm(rewritten)
+    code = jit(module)
+    table = np.arange(15, dtype=np.float32).reshape(5, 3)
+    ids = np.array([0, 4, 7, 1], dtype=np.int32)  # 7 is outside T's 5 rows
+    out = np.zeros((4, 3), np.float32)
+    arrays = {"T": table, "I": ids, "O": out}
+    import ctypes
+
+    pointers = (ctypes.c_void_p * len(layout.tensors))(*[arrays[t].ctypes.data for t in layout.tensors])
+    error = np.zeros(4, np.int64)
+    params = np.zeros(max(1, len(layout.params)), np.int64)
+    codes = [
+        code.entry(
+            ctypes.addressof(pointers), params.ctypes.data, error.ctypes.data, n, -(2**63), 2**63 - 1, 0
+        )
+        for n in range(len(rewritten.phases))
+    ]
+    assert ERROR_INDEX in codes and error[3] == 7
