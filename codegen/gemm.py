@@ -10,9 +10,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from scheduler.machine import cache_size
-
-from .jit import host_has_avx512
+from .host import GemmBlocking, gemm_blocking, gemm_workspace_layout
 
 I64 = ir.IntType(64)
 I32 = ir.IntType(32)
@@ -20,76 +18,6 @@ I8P = ir.IntType(8).as_pointer()
 BOOL = ir.IntType(1)
 
 _TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8, "f64")}
-
-
-# --------------------------------------------------------------------------------------------------
-# Configuration: vector width from the host, micro-tile and cache blocks from measurements and caches
-
-
-@dataclass(frozen=True)
-class Config:
-    """Blocking of one GEMM: an MR×(NV·VW) register tile, KC/MC/NC cache blocks (elements)."""
-
-    vw: int  # vector lanes
-    mr: int  # rows of C per micro-tile (broadcast A)
-    nv: int  # vectors of C per micro-tile row
-    kc: int
-    mc: int  # multiple of mr
-    nc: int  # multiple of nr
-    unroll: int = 4  # k-loop unrolling of the micro-kernel
-    prefetch_c: bool = False  # prefetch the C tile before the k loop
-
-    @property
-    def nr(self) -> int:
-        return self.nv * self.vw
-
-
-def _cache_size(level: int, default: int) -> int:
-    del default  # scheduler.machine has its own defaults
-    return cache_size(level)
-
-
-def _round(x: int, multiple: int) -> int:
-    return max(multiple, x // multiple * multiple)
-
-
-@functools.cache
-def config(dtype: str) -> Config:
-    """The blocking used for `dtype` on this host."""
-    _, size, _ = _TYPES[dtype]
-    l1 = _cache_size(1, 32 << 10)
-    l2 = _cache_size(2, 1 << 20)
-    if host_has_avx512():
-        vw, mr, nv = 64 // size, 6, 4  # 24 zmm accumulators + 4 B vectors + broadcast
-    else:
-        vw, mr, nv = 32 // size, 6, 2  # 12 ymm accumulators + 2 B vectors + broadcast
-    nr = vw * nv
-    # KC: the KC×NR micro-panel of B is reused by every MR strip of A; measured best when it is about
-    # 4/3 of L1 (256 on a 48 KiB L1 for both precisions): larger KC halves the C tile traffic
-    kc = _round(l1 * 4 // 3 // (nr * size), 16)
-    kc = min(max(kc, 64), 384)
-    # MC: the MC×KC block of A stays in L2 next to the B panel (an eighth of L2; 120..480 rows measured
-    # equal at 512-2048)
-    mc = min(_round(l2 // 8 // (kc * size), mr), 80 * mr)
-    # NC: the KC×NC panel of B takes half of L2 (1024..4096 columns measured equal), which keeps the
-    # workspace small
-    nc = min(max(_round(l2 // 2 // (kc * size), nr), 4 * nr), 4096)
-    return Config(vw=vw, mr=mr, nv=nv, kc=kc, mc=mc, nc=nc, prefetch_c=True)
-
-
-def _workspace_layout(cfg: Config, size: int) -> tuple[int, int, int]:
-    """(offset of packed A, offset of packed B, total bytes), 64-byte aligned parts."""
-    a_bytes = cfg.mc * cfg.kc * size
-    b_bytes = cfg.nc * cfg.kc * size
-    a_bytes = (a_bytes + 63) // 64 * 64
-    b_bytes = (b_bytes + 63) // 64 * 64
-    return 0, a_bytes, a_bytes + b_bytes
-
-
-def workspace_bytes(dtype: str) -> int:
-    """Bytes of scratch (packed A block and B panel) one call of tl_gemm_<dtype> needs."""
-    _, size, _ = _TYPES[dtype]
-    return _workspace_layout(config(dtype), size)[2]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -172,7 +100,9 @@ def _function(module: ir.Module, name: str, ret, args, names, linkage: str = "in
 # The micro-kernel: C[0:mr, 0:nr] += Ap(kc×MR strip) · Bp(kc×NR panel), accumulators in registers
 
 
-def _define_microkernel(module: ir.Module, name: str, t: ir.Type, size: int, cfg: Config) -> ir.Function:
+def _define_microkernel(
+    module: ir.Module, name: str, t: ir.Type, size: int, cfg: GemmBlocking
+) -> ir.Function:
     tp = t.as_pointer()
     vty = ir.VectorType(t, cfg.vw)
     mr, nv, nr, vw = cfg.mr, cfg.nv, cfg.nr, cfg.vw
@@ -358,7 +288,7 @@ def _mask(lanes: list, vw: int) -> ir.Constant:
     return ir.Constant(ir.VectorType(I32, vw), [0 if x is None else x for x in lanes])
 
 
-def _define_pack_a(module: ir.Module, name: str, t: ir.Type, size: int, cfg: Config) -> ir.Function:
+def _define_pack_a(module: ir.Module, name: str, t: ir.Type, size: int, cfg: GemmBlocking) -> ir.Function:
     """Ap[strip][k][MR] = A[i0 + strip·MR + r, k0 + k] for an mc×kc block, rows past mc zero."""
     tp = t.as_pointer()
     mr, vw = cfg.mr, cfg.vw
@@ -415,7 +345,7 @@ def _define_pack_a(module: ir.Module, name: str, t: ir.Type, size: int, cfg: Con
     return fn
 
 
-def _define_pack_b(module: ir.Module, name: str, t: ir.Type, size: int, cfg: Config) -> ir.Function:
+def _define_pack_b(module: ir.Module, name: str, t: ir.Type, size: int, cfg: GemmBlocking) -> ir.Function:
     """Bp[panel][k][NR] = B[k0 + k, j0 + panel·NR + j] for a kc×nc panel, columns past nc zero."""
     tp = t.as_pointer()
     nr, vw, nv = cfg.nr, cfg.vw, cfg.nv
@@ -478,14 +408,14 @@ def _define_pack_b(module: ir.Module, name: str, t: ir.Type, size: int, cfg: Con
 # The macro-kernel
 
 
-def define_gemm(module: ir.Module, dtype: str, cfg: Config | None = None) -> ir.Function:
+def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) -> ir.Function:
     """Define (once per module) `void tl_gemm_<f32|f64>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs,
     c_cs, workspace)`: C[m,n] += Σ_k A[m,k]·B[k,n], strides in elements, workspace of workspace_bytes()."""
     t, size, suffix = _TYPES[dtype]
     name = f"tl_gemm_{suffix}"
     if name in module.globals:
         return module.globals[name]
-    cfg = cfg or config(dtype)
+    cfg = cfg or gemm_blocking(dtype)
     tp = t.as_pointer()
     ukernel = _define_microkernel(module, f"{name}.ukernel", t, size, cfg)
     pack_a = _define_pack_a(module, f"{name}.pack_a", t, size, cfg)
@@ -513,7 +443,7 @@ def define_gemm(module: ir.Module, dtype: str, cfg: Config | None = None) -> ir.
     a_rs, a_cs, b_rs, b_cs = sel(a_rs, b_cs), sel(a_cs, b_rs), sel(b_rs, a_cs), sel(b_cs, a_rs)
     c_rs, c_cs = sel(c_rs, c_cs), sel(c_cs, c_rs)
 
-    a_off, b_off, _ = _workspace_layout(cfg, size)
+    a_off, b_off, _ = gemm_workspace_layout(cfg, size)
     ap = b.bitcast(b.gep(ws, [_c64(a_off)], inbounds=True), tp)
     bp = b.bitcast(b.gep(ws, [_c64(b_off)], inbounds=True), tp)
     with _loop(b, 0, N, cfg.nc, name="jc") as jc:
@@ -561,9 +491,9 @@ class CompiledGemm:
     address: int
 
 
-def compile_gemm(dtype: str, cfg: Config | None = None) -> CompiledGemm:
+def compile_gemm(dtype: str, cfg: GemmBlocking | None = None) -> CompiledGemm:
     """JIT-compile a module holding only tl_gemm_<dtype>."""
-    from codegen.jit import _lock, new_target_machine, optimise
+    from codegen.lowering.jit import _lock, new_target_machine, optimise
 
     module = ir.Module(name=f"gemm_{dtype}")
     fn = define_gemm(module, dtype, cfg)

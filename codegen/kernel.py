@@ -19,13 +19,13 @@ from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 from tensorlang.options import Options
 
-from . import arguments as args_
 from .gemm import shared_gemm
-from .jit import MachineCode, assembly_of, jit, optimise
 from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, lower_to_llvm
-from .parallel import PhasePlan, Workspaces, run_phases
-from .plan import KernelPlan, param_values, plan_kernel
-from .storage import ContractedTemporary
+from .lowering.jit import MachineCode, assembly_of, jit, optimise
+from .parallel import Workspaces, run_phases
+from .planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
+from .planning.storage import ContractedTemporary
+from .runtime import arguments as args_
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 

@@ -20,12 +20,12 @@ from polyhedral.sizes import compile_size_expr, isl_param_name
 from tensorlang import ir
 from tensorlang.dtypes import ScalarType
 
-from . import values as V
-from .astgen import Footprint, Leaf
-from .builtins import emit_builtin
+from .emit import values as V
+from .emit.builtins import emit_builtin
 from .gemm import declare_gemm
-from .pipeline import PipelinePlan
-from .plan import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES, KernelPlan, PhaseDecision, Split
+from .planning.astgen import Footprint, Leaf
+from .planning.pipeline import PipelinePlan
+from .planning.plan import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES, KernelPlan, PhaseDecision, Split
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
+
+from .planning.plan import PhasePlan
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
@@ -22,15 +23,6 @@ MIN_PARALLEL_WORK = 1 << 18
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    """How to run one phase: the parallel loop's (first, stop, step) if any, and its work."""
-
-    index: int
-    loop_range: tuple[int, int, int] | None
-    work: int
 
 
 def _executor(threads: int) -> ThreadPoolExecutor:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import codegen.gemm
+import codegen.host.blocking
 import scheduler.postpass
 import tensorlang as tl
 
@@ -25,8 +25,8 @@ PINNED_CACHES = {1: 48 << 10, 2: 2 << 20, 3: 32 << 20}  # bytes per level, as on
 @pytest.fixture
 def pinned_host(monkeypatch):
     monkeypatch.setattr(scheduler.postpass, "cache_size", PINNED_CACHES.__getitem__)
-    monkeypatch.setattr(codegen.gemm, "cache_size", PINNED_CACHES.__getitem__)
-    monkeypatch.setattr(codegen.gemm, "host_has_avx512", lambda: True)
+    monkeypatch.setattr(codegen.host.blocking, "cache_size", PINNED_CACHES.__getitem__)
+    monkeypatch.setattr(codegen.host.blocking, "host_has_avx512", lambda: True)
 
 
 def _source_and_sizes(kernel: str) -> tuple[str, dict[str, int]]:

@@ -22,9 +22,9 @@ import llvmlite.ir as ir
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from codegen.jit import _lock, new_target_machine, optimise  # noqa: E402
-from codegen.values import float_minmax  # noqa: E402
-from codegen.vecmath import emit_vecmath  # noqa: E402
+from codegen.emit.values import float_minmax  # noqa: E402
+from codegen.emit.vecmath import emit_vecmath  # noqa: E402
+from codegen.lowering.jit import _lock, new_target_machine, optimise  # noqa: E402
 
 F, I64, I32 = ir.FloatType(), ir.IntType(64), ir.IntType(32)
 I8P = ir.IntType(8).as_pointer()

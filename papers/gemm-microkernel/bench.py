@@ -18,11 +18,11 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from codegen import gemm  # noqa: E402
+from codegen import gemm, host  # noqa: E402
 
 
 def workspace(dtype: str) -> np.ndarray:
-    raw = np.empty(gemm.workspace_bytes(dtype) + 64, np.uint8)
+    raw = np.empty(host.workspace_bytes(dtype) + 64, np.uint8)
     return raw[(-raw.ctypes.data) % 64 :]
 
 
@@ -90,7 +90,7 @@ def main() -> None:
                     f"| {dtype} | {layout} | {n} | {ours:.1f} | {blas:.1f} | {ours / blas:.2f} |", flush=True
                 )
     for dtype in args.dtypes.split(","):
-        print(f"{dtype}: {gemm.config(dtype)}, workspace {gemm.workspace_bytes(dtype)} bytes")
+        print(f"{dtype}: {host.gemm_blocking(dtype)}, workspace {host.workspace_bytes(dtype)} bytes")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""codegen.builtins: every builtin, float32 and float64, JIT-compiled and checked against references."""
+"""codegen.emit.builtins: every builtin, float32 and float64, JIT-compiled and checked against references."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import mpmath
 import numpy as np
 import pytest
 
-from codegen.builtins import LIBM_SYMBOLS, emit_builtin, ensure_libm_loaded
+from codegen.emit.builtins import LIBM_SYMBOLS, emit_builtin, ensure_libm_loaded
 from tensorlang.builtins import BUILTINS
 
 DTYPES = (np.float32, np.float64)

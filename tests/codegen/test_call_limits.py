@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from codegen import arguments
+from codegen.runtime import arguments
 
 OUTER3 = "def outer(float(N) A, float(M) B, float(K) C) -> (O) { O(i, j, l) = A(i) * B(j) * C(l) }"
 OUTER5 = "def outer5(float(N) A) -> (O) { O(i, j, l, m, n) = A(i) * A(j) * A(l) * A(m) * A(n) }"

@@ -10,31 +10,33 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from codegen import gemm
+from codegen import gemm, host
 
 DTYPES = ["float32", "float64"]
 TOL = {"float32": 2e-4, "float64": 1e-11}
 
 
-def _variants(dtype: str) -> dict[str, gemm.Config]:
-    host = gemm.config(dtype)
+def _variants(dtype: str) -> dict[str, host.GemmBlocking]:
+    native = host.gemm_blocking(dtype)
     size = np.dtype(dtype).itemsize
     vw = 32 // size  # a 256-bit (AVX2-like) shape runs on any x86-64 host with AVX2
     return {
-        "host": host,
+        "host": native,
         # tiny cache blocks: every block boundary (jc, pc, ic) is crossed even by small matrices
-        "tiny": gemm.Config(vw=host.vw, mr=host.mr, nv=host.nv, kc=5, mc=2 * host.mr, nc=2 * host.nr),
-        "avx2": gemm.Config(vw=vw, mr=6, nv=2, kc=40, mc=18, nc=4 * 2 * vw, unroll=3, prefetch_c=False),
+        "tiny": host.GemmBlocking(
+            vw=native.vw, mr=native.mr, nv=native.nv, kc=5, mc=2 * native.mr, nc=2 * native.nr
+        ),
+        "avx2": host.GemmBlocking(vw=vw, mr=6, nv=2, kc=40, mc=18, nc=4 * 2 * vw, unroll=3, prefetch_c=False),
     }
 
 
 class Gemm:
     """A compiled tl_gemm_<dtype> with its own workspace, called on NumPy views."""
 
-    def __init__(self, dtype: str, cfg: gemm.Config):
+    def __init__(self, dtype: str, cfg: host.GemmBlocking):
         self.dtype = dtype
         self.compiled = gemm.compile_gemm(dtype, cfg)
-        self.ws_bytes = gemm._workspace_layout(cfg, np.dtype(dtype).itemsize)[2]
+        self.ws_bytes = host.gemm_workspace_layout(cfg, np.dtype(dtype).itemsize)[2]
 
     def workspace(self) -> np.ndarray:
         raw = np.empty(self.ws_bytes + 64, np.uint8)
@@ -193,12 +195,12 @@ def test_define_once_and_signature(dtype):
     assert len(fn.args) == 13 and isinstance(fn.function_type.return_type, ir.VoidType)
     other = gemm.define_gemm(module, "float64" if dtype == "float32" else "float32")
     assert other is not fn
-    ws = gemm.workspace_bytes(dtype)
+    ws = host.workspace_bytes(dtype)
     assert ws > 0 and ws % 64 == 0
 
 
 def test_host_config_is_sane():
     for dtype in DTYPES:
-        cfg = gemm.config(dtype)
+        cfg = host.gemm_blocking(dtype)
         assert cfg.mc % cfg.mr == 0 and cfg.nc % cfg.nr == 0
         assert cfg.mr * cfg.nv + cfg.nv + 1 <= (32 if cfg.vw * np.dtype(dtype).itemsize == 64 else 16)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from codegen.plan import KernelPlan, PlanError, Split, plan_kernel
+from codegen.planning.plan import KernelPlan, PlanError, Split, plan_kernel
 
 MLP = """def mlp(float(M,K) X, float(K,N) W, float(N) b) -> (O) {
   O(i,j) +=! X(i,k) * W(k,j)
@@ -101,8 +101,8 @@ def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
     import copy
     import dataclasses
 
-    from codegen.jit import jit
     from codegen.lower import ERROR_INDEX, lower_to_llvm
+    from codegen.lowering.jit import jit
 
     src = "def gather(float(V, D) T, int32(N) I) -> (O) { O(n, d) = T(I(n), d) }"
     k = tl.compile(src, options=tl.Options(threads=1))

@@ -1,4 +1,4 @@
-"""codegen.vecmath: accuracy over the whole float range, special values, vectorisation, speed."""
+"""codegen.emit.vecmath: accuracy over the whole float range, special values, vectorisation, speed."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from codegen.builtins import emit_builtin
-from codegen.jit import _lock, new_target_machine, optimise
-from codegen.vecmath import VECMATH_BUILTINS, emit_vecmath
+from codegen.emit.builtins import emit_builtin
+from codegen.emit.vecmath import VECMATH_BUILTINS, emit_vecmath
+from codegen.lowering.jit import _lock, new_target_machine, optimise
 
 DTYPES = (np.float32, np.float64)
 _LLTY = {np.float32: ir.FloatType(), np.float64: ir.DoubleType()}

@@ -1,4 +1,4 @@
-"""codegen: builtin math calls → LLVM IR (intrinsics, libm, or inline implementations)
+"""emit: builtin math calls → LLVM IR (intrinsics, libm, or inline implementations)
 
 `emit_builtin(builder, name, args)` lowers one call of a language builtin (see
 `tensorlang.builtins.BUILTINS`) on float32 / float64 values (float16 is computed in float32) to

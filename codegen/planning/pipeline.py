@@ -1,4 +1,4 @@
-"""codegen: Phase + LoopAst → row-pipelining plan (the last loop of an iteration runs one iteration late).
+"""planning: Phase + LoopAst → row-pipelining plan (the last loop of an iteration runs one iteration late).
 
 A fused row loop such as softmax's runs, per row n, a few inner loops one after the other: the
 row max, then exp and sum into a row buffer, then the division that writes the output. The last

@@ -1,4 +1,4 @@
-"""codegen planning: Schedule + Options + sizes (or none) → KernelPlan, the call-time pipeline listed once.
+"""planning: Schedule + Options + sizes (or none) → KernelPlan, the call-time pipeline listed once.
 
 `plan_kernel` is the only place where the steps between a schedule and LLVM IR are listed, in
 the order they run. Everything lowering needs is decided here and recorded in the frozen
@@ -25,10 +25,9 @@ from tensorlang import ir
 from tensorlang.errors import TensorLangError
 from tensorlang.options import Options
 
+from ..host import workspace_bytes
 from .astgen import Footprint, LoopAst, Phase, build_ast, evaluate_ast_int, loop_range, unwrap
-from .gemm import workspace_bytes
 from .loops import loops_text
-from .parallel import PhasePlan
 from .pipeline import PipelinePlan, plan_pipeline
 from .storage import (
     ContractedTemporary,
@@ -43,6 +42,16 @@ from .storage import (
 #: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
 PREFETCH_MAX_BYTES = 256 << 10
 PREFETCH_MIN_BYTES = 1 << 10
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """How the runtime dispatches one phase for one call: the (first, stop, step) of the loop
+    whose iterations threads split, if any, and the phase's work in statement instances."""
+
+    index: int
+    loop_range: tuple[int, int, int] | None
+    work: int
 
 
 class PlanError(TensorLangError):

@@ -1,4 +1,4 @@
-"""codegen: call arguments → checked contiguous arrays, bound sizes and output buffers."""
+"""runtime: call arguments → checked contiguous arrays, bound sizes and output buffers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""codegen: typed scalar operations of the language → LLVM IR instructions (one builder at a time)."""
+"""emit: typed scalar operations of the language → LLVM IR instructions (one builder at a time)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""codegen: vectorisable math (exp, log, tanh, ...) → branch-free LLVM IR
+"""emit: vectorisable math (exp, log, tanh, ...) → branch-free LLVM IR
 
 `emit_vecmath(builder, name, args)` lowers one of `VECMATH_BUILTINS` on a float32 / float64
 value to a call of an ``internal alwaysinline`` function (``__tl_vm_<name>_f32`` / ``_f64``,
@@ -88,8 +88,8 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
+from ..host import host_has_avx512
 from .floatir import FloatIR
-from .jit import host_has_avx512
 
 __all__ = ["VECMATH_BUILTINS", "emit_vecmath"]
 

@@ -1,4 +1,4 @@
-"""codegen: a small helper that emits scalar floating-point LLVM IR for one builder and one type."""
+"""emit: a small helper that emits scalar floating-point LLVM IR for one builder and one type."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""codegen: LoopAst + Scop → storage plan (temporaries contracted to one outer-loop iteration's slice).
+"""planning: LoopAst + Scop → storage plan (temporaries contracted to one outer-loop iteration's slice).
 
 After fusion a temporary is often produced and consumed inside one iteration of a phase's outer
 loop: softmax's `e(n, d)` lives for one row `n`. If every access to it indexes one of its

@@ -1,4 +1,4 @@
-"""codegen: LoopAst → C-like pseudo-code of the loop nest (for `inspect("loops")` and `--emit loops`)."""
+"""planning: LoopAst → C-like pseudo-code of the loop nest (for `inspect("loops")` and `--emit loops`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""codegen: Schedule → isl AST, cut into phases whose outermost loop may run on several threads.
+"""planning: Schedule → isl AST, cut into phases whose outermost loop may run on several threads.
 
 A *phase* is one top-level node of the AST (one loop nest of the sequence). Phases run one after
 the other; a phase whose outermost loop carries no dependence (checked exactly against the

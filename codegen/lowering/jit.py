@@ -1,4 +1,4 @@
-"""codegen: LLVM IR module → optimised machine code for the host CPU, loaded in-process."""
+"""lowering: LLVM IR module → optimised machine code for the host CPU, loaded in-process."""
 
 from __future__ import annotations
 
@@ -10,23 +10,10 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import llvmlite.ir as ll
 
+from ..host import host_cpu_features, host_cpu_name
+from ..host.cpu import initialise_llvm
+
 _lock = threading.Lock()  # LLVM's JIT and pass managers are not thread-safe
-
-
-@functools.cache
-def _initialise() -> None:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-
-
-@functools.cache
-def host_has_avx512() -> bool:
-    """True when the host CPU has AVX-512F (512-bit vectors, vscalef, mask registers)."""
-    _initialise()
-    try:
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except RuntimeError:  # host features unknown to LLVM: assume the portable code
-        return False
 
 
 @functools.cache
@@ -37,12 +24,11 @@ def target_machine(opt: int = 3) -> llvm.TargetMachine:
 
 def new_target_machine(opt: int = 3) -> llvm.TargetMachine:
     """A target machine for the host CPU with all its features (AVX-512 where present)."""
-    _initialise()
+    initialise_llvm()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        # 512-bit vectors: the host tuning prefers 256 bits, which halves our vector loops
-        features=llvm.get_host_cpu_features().flatten() + (",-prefer-256-bit" if host_has_avx512() else ""),
+        cpu=host_cpu_name(),
+        features=host_cpu_features(),
         opt=opt,
         reloc="default",
         codemodel="jitdefault",

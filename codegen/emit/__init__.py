@@ -1,0 +1,1 @@
+"""emit: values and operations → LLVM IR, knowing nothing of schedules (scalars, builtins, vector math, the GEMM body)."""

@@ -1,0 +1,1 @@
+"""lowering: KernelPlan → LLVM IR module → machine code (the JIT)."""

@@ -1,0 +1,1 @@
+"""planning: Schedule + sizes → KernelPlan, on the isl AST (islpy only, no LLVM)."""

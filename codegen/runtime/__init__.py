@@ -1,0 +1,1 @@
+"""runtime: a compiled plan + the caller's arrays → checked arguments, storage, threads, results."""
