@@ -51,3 +51,18 @@ class FloatIR:
         if fn is None:
             fn = ir.Function(self.mod, ir.FunctionType(self.ty, [self.ty] * len(args)), name)
         return self.b.call(fn, list(args))
+
+    def fma(self, x, y, z):
+        return self.intr("fma", x, y, z)
+
+    def horner(self, x, coeffs):
+        """A polynomial in x, coefficients highest degree first, as a chain of fmas."""
+        acc = self.c(coeffs[0])
+        for k in coeffs[1:]:
+            acc = self.fma(acc, x, self.c(k))
+        return acc
+
+
+def libm_float_name(base: str) -> str:
+    """The float variant of a double libm function: `sin` → `sinf`, `lgamma_r` → `lgammaf_r`."""
+    return base[:-2] + "f_r" if base.endswith("_r") else base + "f"

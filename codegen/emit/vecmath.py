@@ -89,210 +89,16 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 
 from ..host import host_has_avx512
-from .floatir import FloatIR
+from .vecformat import EXPQ_F, TANH_SMALL, VecIR
 
 __all__ = ["VECMATH_BUILTINS", "emit_vecmath"]
-
-# ---------------------------------------------------------------------------------------------
-# Coefficients, highest degree first (see the module docstring for how they were derived).
-# ---------------------------------------------------------------------------------------------
-
-# (e^r - 1 - r) / r² on |r| <= ln2/2
-_EXP_F = (
-    0.00019892999262083322, 0.0013935458846390247, 0.00833330862224102, 0.04166644811630249,
-    0.1666666716337204, 0.5,
-)  # fmt: skip
-_EXP_D = (
-    2.0916218856461214e-09, 2.510736219601001e-08, 2.7557269888171584e-07, 2.7557250141961856e-06,
-    2.4801587328568198e-05, 0.00019841269879050321, 0.0013888888888882868, 0.0083333333333249,
-    0.04166666666666667, 0.1666666666666667, 0.5,
-)  # fmt: skip
-# (2^r - 1 - r·ln2) / r² on |r| <= 1/2
-_EXP2_F = (
-    1.5292494936147705e-05, 0.0001545517152408138, 0.0013333519455045462, 0.009618078358471394,
-    0.05550410971045494, 0.24022650718688965,
-)  # fmt: skip
-_EXP2_D = (
-    2.5726966735584423e-11, 4.455341656697629e-10, 7.054898994258197e-09, 1.017806050210123e-07,
-    1.3215486804514463e-06, 1.525273383308984e-05, 0.00015403530393374936, 0.0013333558146414958,
-    0.009618129107628479, 0.0555041086648216, 0.24022650695910072,
-)  # fmt: skip
-# (10^r - 1 - r·ln10) / r² on |r| <= log10(2)/2
-_EXP10_F = (
-    0.068266861140728, 0.2076898068189621, 0.5393813848495483, 1.1712490320205688,
-    2.0346786975860596, 2.650949001312256,
-)  # fmt: skip
-_EXP10_D = (
-    4.645915609675709e-05, 0.00024219965356453595, 0.001154497712730025, 0.005013916268448627,
-    0.019597694647788513, 0.0680893652040292, 0.2069958486967784, 0.5393829291950359,
-    1.1712551489122671, 2.034678592293477, 2.650949055239199,
-)  # fmt: skip
-# float32 exp / exp2 with AVX-512 (the vscalef form): (b^r - 1) / r on |r| <= log_b(2)/2, degree 5
-_EXPQ_F = {
-    "e": (
-        0.0013935451861470938, 0.00837059784680605, 0.04166644811630249, 0.16666491329669952, 0.5, 1.0,
-    ),
-    "2": (
-        0.0001545517152408138, 0.0013393183471634984, 0.009618078358471394, 0.05550352856516838,
-        0.24022650718688965, 0.6931471824645996,
-    ),
-}  # fmt: skip
-# (2 atanh(s)/s - 2) / s² in z = s² on [0, ((√2-1)/(√2+1))²]
-_LOG_F = (0.2960069179534912, 0.3998831808567047, 0.6666668653488159)
-_LOG_D = (
-    0.14643628601909797, 0.15329500754204178, 0.18182956608063458, 0.2222221019926421,
-    0.28571428631764334, 0.39999999999886615, 0.666666666666667,
-)  # fmt: skip
-# (tanh(x) - x) / x³ in z = x² on [0, 0.625²]
-_TANH_F = (
-    0.002292744815349579, -0.008343945257365704, 0.02176891826093197, -0.053959257900714874,
-    0.13333304226398468, -0.3333333432674408,
-)  # fmt: skip
-_TANH_D = (
-    6.485163482793113e-06, -3.12011014257974e-05, 9.257116129556769e-05, -0.0002375906496055562,
-    0.0005896606577757043, -0.0014557754120478055, 0.0035921217511549622, -0.008863235103240878,
-    0.021869488519008305, -0.05396825396789699, 0.13333333333333042, -0.3333333333333333,
-)  # fmt: skip
-
-_TANH_SMALL = 0.625
-
-
-class _Fmt:
-    """Per-precision constants."""
-
-    def __init__(self, f32: bool):
-        self.f32 = f32
-        self.bits = 32 if f32 else 64
-        self.mant = 23 if f32 else 52  # explicit mantissa bits
-        self.bias = 127 if f32 else 1023
-        # rint(x·log2 e) etc. and the Cody–Waite splits: c_hi = c rounded to the precision (the
-        # first fma of the reduction is then exact), c_lo = c - c_hi.
-        self.log2e = 1.4426950216293335 if f32 else 1.4426950408889634
-        self.ln2 = (
-            (0.6931471824645996, -1.9046542121259336e-09)
-            if f32
-            else (0.6931471805599453, 2.3190468138462996e-17)
-        )
-        self.log2_10 = 3.321928024291992 if f32 else 3.321928094887362
-        # ln2 and ln10 as hi + lo (the linear term of 2^r and 10^r)
-        self.ln2w = (
-            (0.6931471824645996, -1.9046542121259336e-09)
-            if f32
-            else (0.6931471805599453, 2.3190468138462996e-17)
-        )
-        self.ln10w = (
-            (2.3025851249694824, -3.1975435632602967e-08)
-            if f32
-            else (2.302585092994046, -2.1707562233822494e-16)
-        )
-        self.lg2 = (
-            (0.3010300099849701, -1.432098883924482e-08)
-            if f32
-            else (0.3010299956639812, -2.8037281277851704e-18)
-        )
-        # For log: k·c_hi must be exact (c_hi has >= 11 trailing zero bits), c = c_hi + c_lo.
-        self.ln2_k = (
-            (0.693145751953125, 1.428606765330187e-06)
-            if f32
-            else (0.6931471805601177, -1.7239444525614835e-13)
-        )
-        self.lg2_k = (
-            (0.301025390625, 4.605039066518657e-06) if f32 else (0.3010299956640665, -8.532344317057107e-14)
-        )
-        self.inv_ln2 = (
-            (1.4426950216293335, 1.925963033500011e-08)
-            if f32
-            else (1.4426950408889634, 2.0355273740931033e-17)
-        )
-        self.inv_ln10 = (
-            (0.4342944920063019, -1.0103049952192578e-08)
-            if f32
-            else (0.4342944819032518, 1.098319650216765e-17)
-        )
-        self.sqrt_half_bits = 0x3F3504F3 if f32 else 0x3FE6A09E667F3BCD
-        self.sub_scale = 25 if f32 else 54  # subnormal inputs to log are multiplied by 2^this
-        self.tiny = 2.0**-126 if f32 else 2.0**-1022
-        # exp clamps: beyond them the result is inf / 0 (and n stays in the two-step range)
-        self.exp_lo, self.exp_hi = (-104.0, 89.0) if f32 else (-746.0, 710.0)
-        self.exp2_lo, self.exp2_hi = (-151.0, 129.0) if f32 else (-1076.0, 1025.0)
-        self.exp10_lo, self.exp10_hi = (-46.0, 39.5) if f32 else (-326.0, 309.5)
-        self.expm1_lo = -30.0 if f32 else -60.0  # expm1 rounds to -1 below
-        self.expm1_big = 24.0 if f32 else 53.0  # n above: 2^n - 1 is inexact
-        self.tanh_clamp = 44.0 if f32 else 88.0  # 2|x| clamp: tanh rounds to ±1 well before
-        self.exp_coeffs = _EXP_F if f32 else _EXP_D
-        self.exp2_coeffs = _EXP2_F if f32 else _EXP2_D
-        self.exp10_coeffs = _EXP10_F if f32 else _EXP10_D
-        self.log_coeffs = _LOG_F if f32 else _LOG_D
-        self.tanh_coeffs = _TANH_F if f32 else _TANH_D
-
-
-_FMT = {True: _Fmt(True), False: _Fmt(False)}
-
-
-# ---------------------------------------------------------------------------------------------
-# IR helper bound to one builder and one floating type
-# ---------------------------------------------------------------------------------------------
-
-
-class _V(FloatIR):
-    def __init__(self, b: ir.IRBuilder, ty: ir.Type):
-        super().__init__(b, ty)
-        self.f32 = self.is_f32
-        self.k = _FMT[self.f32]
-
-    def i(self, v: int) -> ir.Constant:
-        return ir.Constant(self.ity, v)
-
-    def fma(self, x, y, z):
-        return self.intr("fma", x, y, z)
-
-    def clamp(self, x, lo: float, hi: float):
-        """x limited to [lo, hi]; NaN becomes lo (callers restore NaN at the end)."""
-        return self.intr("minnum", self.intr("maxnum", x, self.c(lo)), self.c(hi))
-
-    def horner(self, x, coeffs):
-        acc = self.c(coeffs[0])
-        for k in coeffs[1:]:
-            acc = self.fma(acc, x, self.c(k))
-        return acc
-
-    def to_int(self, x):
-        return self.b.fptosi(x, self.ity)
-
-    def bits(self, x):
-        return self.b.bitcast(x, self.ity)
-
-    def from_bits(self, i):
-        return self.b.bitcast(i, self.ty)
-
-    def pow2(self, n):
-        """2^n for an integer n in the normal exponent range."""
-        return self.from_bits(self.b.shl(self.b.add(n, self.i(self.k.bias)), self.i(self.k.mant)))
-
-    def scale2(self, p, n):
-        """p·2^n rounded once, for n up to twice the exponent range (overflow / subnormals)."""
-        n1 = self.b.ashr(n, self.i(1))
-        n2 = self.b.sub(n, n1)
-        return self.mul(self.mul(p, self.pow2(n1)), self.pow2(n2))
-
-    def ldexp(self, p, n):
-        """p·2^n for an integer vector n (llvm.ldexp: one vscalefps on AVX-512)."""
-        name = f"llvm.ldexp.{self.sfx}.i{self.ity.width}"
-        fn = self.mod.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.mod, ir.FunctionType(self.ty, [self.ty, self.ity]), name)
-        return self.b.call(fn, [p, n])
-
-    def nan_passthrough(self, x, r):
-        return self.sel(self.isnan(x), self.add(x, x), r)
-
 
 # ---------------------------------------------------------------------------------------------
 # exp family
 # ---------------------------------------------------------------------------------------------
 
 
-def _reduce(v: _V, x, inv: float, c: tuple[float, float]):
+def _reduce(v: VecIR, x, inv: float, c: tuple[float, float]):
     """n = rint(x·inv) (as float) and x - n·(c_hi + c_lo) = r + dr (double-word)."""
     n = v.intr("rint", v.mul(x, v.c(inv)))
     neg_n = v.b.fneg(n)
@@ -302,7 +108,7 @@ def _reduce(v: _V, x, inv: float, c: tuple[float, float]):
     return n, r, dr
 
 
-def _expm1_reduced(v: _V, base: str, r, dr):
+def _expm1_reduced(v: VecIR, base: str, r, dr):
     """b^(r + dr) - 1 = hi + lo for the reduced argument; hi = r·ln b rounded, |lo| << |hi|."""
     k = v.k
     if base == "e":
@@ -318,15 +124,15 @@ def _expm1_reduced(v: _V, base: str, r, dr):
     return hi, v.fma(v.mul(r, r), v.horner(r, coeffs), lo)
 
 
-def _one_plus(v: _V, hi, lo):
+def _one_plus(v: VecIR, hi, lo):
     """1 + hi + lo for |hi| < 1 (Fast2Sum)."""
     s = v.add(v.c(1.0), hi)
     err = v.sub(hi, v.sub(s, v.c(1.0)))
     return v.add(s, v.add(err, lo))
 
 
-def _exp_base(base: str) -> Callable[[_V, ir.Value], ir.Value]:
-    def body(v: _V, x):
+def _exp_base(base: str) -> Callable[[VecIR, ir.Value], ir.Value]:
+    def body(v: VecIR, x):
         k = v.k
         if base == "2":
             xc = v.clamp(x, k.exp2_lo, k.exp2_hi)
@@ -347,10 +153,10 @@ def _exp_base(base: str) -> Callable[[_V, ir.Value], ir.Value]:
 _ROUND_MAGIC_F = 12582912.0  # 1.5·2^23: adding it rounds a float32 of magnitude < 2^22 to an integer
 
 
-def _exp_scalef_f32(base: str) -> Callable[[_V, ir.Value], ir.Value]:
+def _exp_scalef_f32(base: str) -> Callable[[VecIR, ir.Value], ir.Value]:
     """float32 e^x or 2^x in 14 vector operations, for hosts with AVX-512 (module docstring)."""
 
-    def body(v: _V, x):
+    def body(v: VecIR, x):
         k = v.k
         lo, hi = (k.exp2_lo, k.exp2_hi) if base == "2" else (k.exp_lo, k.exp_hi)
         # clamp with compare-and-select, which keeps NaN (one vmaxps / vminps each)
@@ -367,13 +173,13 @@ def _exp_scalef_f32(base: str) -> Callable[[_V, ir.Value], ir.Value]:
             c_hi, c_lo = k.ln2
             neg_n = v.b.fneg(n)
             r = v.fma(neg_n, v.c(c_lo), v.fma(neg_n, v.c(c_hi), xc))
-        p = v.fma(r, v.horner(r, _EXPQ_F[base]), v.c(1.0))  # b^r
+        p = v.fma(r, v.horner(r, EXPQ_F[base]), v.c(1.0))  # b^r
         return v.ldexp(p, n_int)  # p·2^n rounded once (vscalefps): overflow, subnormals, NaN
 
     return body
 
 
-def _expm1(v: _V, x):
+def _expm1(v: VecIR, x):
     xc = v.clamp(x, v.k.expm1_lo, v.k.exp_hi)
     n, r, dr = _reduce(v, xc, v.k.log2e, v.k.ln2)
     hi, lo = _expm1_reduced(v, "e", r, dr)
@@ -411,7 +217,7 @@ _TANH_F32_TINY = 0.0004  # below: tanh(x) rounds to x
 _TANH_F32_ONE = 9.1  # above: tanh(x) rounds to ±1
 
 
-def _tanh_f32(v: _V, x):
+def _tanh_f32(v: VecIR, x):
     # compare-and-select clamps (one vmaxps / vminps each) keep NaN, which then flows through
     # the arithmetic and both selects below: no separate NaN fix-up
     xc = v.sel(v.cmp("<", x, v.c(-_TANH_F32_CLAMP)), v.c(-_TANH_F32_CLAMP), x)
@@ -424,7 +230,7 @@ def _tanh_f32(v: _V, x):
     return v.sel(v.cmp(">", ax, v.c(_TANH_F32_ONE)), v.intr("copysign", v.c(1.0), x), r)
 
 
-def _tanh(v: _V, x):
+def _tanh(v: VecIR, x):
     if v.f32:
         return _tanh_f32(v, x)
     ax = v.intr("fabs", x)
@@ -449,7 +255,7 @@ def _tanh(v: _V, x):
     ql = v.mul(v.fma(v.b.fneg(q), dl, rem), v.mul(q, v.c(0.5)))
     z = v.sub(one, q)  # 1 - q - ql, Fast2Sum (q < 1)
     large = v.add(z, v.sub(v.sub(v.sub(one, z), q), ql))
-    res = v.intr("copysign", v.sel(v.cmp("<", ax, v.c(_TANH_SMALL)), small, large), x)  # ±0
+    res = v.intr("copysign", v.sel(v.cmp("<", ax, v.c(TANH_SMALL)), small, large), x)  # ±0
     return v.nan_passthrough(x, res)
 
 
@@ -458,7 +264,7 @@ def _tanh(v: _V, x):
 # ---------------------------------------------------------------------------------------------
 
 
-def _log_core(v: _V, x, scale_subnormals: bool = True):
+def _log_core(v: VecIR, x, scale_subnormals: bool = True):
     """For finite x > 0: (k, hi, lo) with log(x) = k·ln2 + hi + lo, |hi| <= 0.35, lo tiny."""
     k_ = v.k
     if scale_subnormals:
@@ -479,7 +285,7 @@ def _log_core(v: _V, x, scale_subnormals: bool = True):
     return v.b.sitofp(k, v.ty), hi, lo
 
 
-def _log_combine(v: _V, kf, hi, lo, base: str, extra=None):
+def _log_combine(v: VecIR, kf, hi, lo, base: str, extra=None):
     """k·log_b(2) + (hi + lo)/ln b (+ extra, a small correction in natural-log units)."""
     k_ = v.k
     if extra is not None:
@@ -507,7 +313,7 @@ def _log_combine(v: _V, kf, hi, lo, base: str, extra=None):
     return v.add(s, v.add(err, tail))
 
 
-def _log_specials(v: _V, x, r):
+def _log_specials(v: VecIR, x, r):
     """log_b specials: x = +inf → inf, ±0 → -inf, x < 0 → NaN, NaN → NaN."""
     r = v.sel(v.cmp("==", x, v.c(math.inf)), x, r)
     r = v.sel(v.cmp("==", x, v.c(0.0)), v.c(-math.inf), r)
@@ -515,15 +321,15 @@ def _log_specials(v: _V, x, r):
     return v.nan_passthrough(x, r)
 
 
-def _log_base(base: str) -> Callable[[_V, ir.Value], ir.Value]:
-    def body(v: _V, x):
+def _log_base(base: str) -> Callable[[VecIR, ir.Value], ir.Value]:
+    def body(v: VecIR, x):
         kf, hi, lo = _log_core(v, x)
         return _log_specials(v, x, _log_combine(v, kf, hi, lo, base))
 
     return body
 
 
-def _log1p(v: _V, x):
+def _log1p(v: VecIR, x):
     u = v.add(v.c(1.0), x)
     # u >= 2^-p is normal for x > -1, so no subnormal scaling; c = rounding error of u, over u
     kf, hi, lo = _log_core(v, u, scale_subnormals=False)
@@ -540,7 +346,7 @@ def _log1p(v: _V, x):
 # Dispatch
 # ---------------------------------------------------------------------------------------------
 
-_BODIES: dict[str, Callable[[_V, ir.Value], ir.Value]] = {
+_BODIES: dict[str, Callable[[VecIR, ir.Value], ir.Value]] = {
     "exp": _exp_base("e"),
     "exp2": _exp_base("2"),
     "exp10": _exp_base("10"),
@@ -556,7 +362,7 @@ _BODIES: dict[str, Callable[[_V, ir.Value], ir.Value]] = {
 VECMATH_BUILTINS: frozenset[str] = frozenset(_BODIES)
 
 
-_SCALEF_F32: dict[str, Callable[[_V, ir.Value], ir.Value]] = {
+_SCALEF_F32: dict[str, Callable[[VecIR, ir.Value], ir.Value]] = {
     "exp": _exp_scalef_f32("e"),
     "exp2": _exp_scalef_f32("2"),
 }
@@ -574,7 +380,7 @@ def emit_vecmath(
     ty = x.type
     if not isinstance(ty, ir.FloatType | ir.DoubleType):
         raise ValueError(f"{name}: unsupported argument type {ty}")
-    v = _V(builder, ty)
+    v = VecIR(builder, ty)
     if scalef is None:
         scalef = host_has_avx512()
     use_scalef = scalef and v.f32 and name in _SCALEF_F32
@@ -587,6 +393,6 @@ def emit_vecmath(
         fn.linkage = "internal"
         for attr in ("nounwind", "alwaysinline"):
             fn.attributes.add(attr)
-        inner = _V(ir.IRBuilder(fn.append_basic_block("entry")), ty)
+        inner = VecIR(ir.IRBuilder(fn.append_basic_block("entry")), ty)
         inner.b.ret(body(inner, fn.args[0]))
     return builder.call(fn, [x])
