@@ -7,7 +7,7 @@ import islpy as isl
 from polyhedral import build_scop
 from scheduler import compute_schedule
 from tensorlang import frontend
-from tensorlang.errors import TensorLangError
+from tensorlang.errors import TensorLangError, verification_enabled
 from tensorlang.options import Options
 
 from .kernel import Kernel
@@ -35,6 +35,9 @@ def compile(  # noqa: A001
     try:
         scop = build_scop(program)
         schedule = compute_schedule(scop, options)
+        if verification_enabled():  # the tests run every stage's invariant checks
+            scop.verify()
+            schedule.verify()
     except (isl.Error, RuntimeError, ValueError) as exc:  # a failure here is a compiler bug
         raise TensorLangError(
             f"{program.name}: internal compiler error in the polyhedral stages: {exc}"

@@ -14,6 +14,7 @@ import islpy as isl
 import sympy
 
 from tensorlang import ir
+from tensorlang.errors import InternalError
 
 from .accesses import Access, ExprConverter, access_relation, guarded_reads
 from .sizes import ParamSpace, make_param_space, to_pwaff
@@ -129,13 +130,28 @@ class Scop:
         return "\n".join(lines)
 
     def verify(self) -> None:
+        """Check the model's invariants; raise InternalError (a compiler bug) when one breaks."""
         names = [s.name for s in self.statements]
-        assert len(set(names)) == len(names), names
+        if len(set(names)) != len(names):
+            raise InternalError(f"{self.program.name}: duplicate polyhedral statements {names}")
         for s in self.statements:
-            assert s.domain.get_tuple_name() == s.name, s.name
-            assert s.write.is_write and not any(a.is_write for a in s.reads), s.name
+            if s.domain.get_tuple_name() != s.name:
+                raise InternalError(
+                    f"{self.program.name}: {s.name}'s domain is named {s.domain.get_tuple_name()}"
+                )
+            if not s.write.is_write or any(a.is_write for a in s.reads):
+                raise InternalError(f"{self.program.name}: {s.name} must have one write, first")
             for a in s.accesses:
-                assert a.relation.domain().is_subset(s.domain), (s.name, a.tensor)
+                if not a.relation.domain().is_subset(s.domain):
+                    raise InternalError(
+                        f"{self.program.name}: {s.name}'s access to {a.tensor} reaches outside its domain"
+                    )
+        for c in self.checks:
+            if c.statement not in names:
+                raise InternalError(f"{self.program.name}: a bounds check of unknown statement {c.statement}")
+            rank = self.program.tensor(c.tensor).rank
+            if any(not 0 <= d < rank for d in c.dynamic_dims):
+                raise InternalError(f"{self.program.name}: a check of {c.tensor} names a dimension it lacks")
 
 
 def original_order(statements: tuple[PolyStatement, ...], params: ParamSpace) -> isl.UnionMap:

@@ -8,6 +8,7 @@ import islpy as isl
 
 from polyhedral import Scop
 from polyhedral.scop import original_order
+from tensorlang.errors import InternalError
 from tensorlang.options import Options
 
 from .fusion import partition, schedule_regions
@@ -40,8 +41,13 @@ class Schedule:
         return deps.subtract(respected)
 
     def verify(self) -> None:
+        """Every dependence is respected and every statement scheduled; InternalError otherwise."""
         bad = self.violated_dependences()
-        assert bad.is_empty(), f"schedule violates dependences: {bad}"
+        if not bad.is_empty():
+            raise InternalError(f"{self.scop.program.name}: the schedule violates dependences {bad}")
+        scheduled = self.tree.get_domain()
+        if not self.scop.domain().is_subset(scheduled):
+            raise InternalError(f"{self.scop.program.name}: statement instances missing from the schedule")
 
     def __str__(self) -> str:
         printer = isl.Printer.to_str(self.scop.ctx).set_yaml_style(isl.yaml_style.BLOCK)

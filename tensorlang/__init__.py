@@ -10,6 +10,7 @@ from __future__ import annotations
 from .dtypes import ScalarType
 from .errors import (
     ArgumentError,
+    InternalError,
     ParseError,
     SemanticError,
     Span,
@@ -20,6 +21,7 @@ from .options import Options
 
 __all__ = [
     "ArgumentError",
+    "InternalError",
     "Kernel",
     "Options",
     "ParseError",

@@ -90,6 +90,19 @@ class SemanticError(LocatedError):
     """The source parses but breaks a rule of the language (names, types, range inference)."""
 
 
+class InternalError(TensorLangError):
+    """A compiler invariant broke (a `verify()` failed): a bug in tensorlang, reported as an error
+    instead of generating wrong code."""
+
+
+def verification_enabled() -> bool:
+    """Whether every stage's `verify()` runs in the pipeline (TENSORLANG_VERIFY=1; on in the tests).
+    The cheap checks run always; this turns on the ones that cost isl work at each compile."""
+    import os
+
+    return os.environ.get("TENSORLANG_VERIFY", "") not in ("", "0")
+
+
 class ArgumentError(TensorLangError):
     """A kernel was called with arguments that do not fit its definition."""
 

@@ -4,6 +4,7 @@ several test modules use (`from conftest import SOFTMAX`)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,6 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 # The packages are used from the checkout (not installed); make `import tensorlang` work for any runner.
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+# every stage's invariant checks (Scop.verify, Schedule.verify) run inside the pipeline under test
+os.environ.setdefault("TENSORLANG_VERIFY", "1")
 
 CORPUS_PATH = REPO.parent / "shared" / "tc_corpus" / "public.json"
 

@@ -22,7 +22,7 @@ from polyhedral.contraction import ContractionPlan, plan_contractions
 from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule, compute_schedule
 from tensorlang import ir
-from tensorlang.errors import TensorLangError
+from tensorlang.errors import InternalError, verification_enabled
 from tensorlang.options import Options
 
 from ..host import workspace_bytes
@@ -54,7 +54,7 @@ class PhasePlan:
     work: int
 
 
-class PlanError(TensorLangError):
+class PlanError(InternalError):
     """A KernelPlan broke one of its invariants: a compiler bug, reported instead of miscompiled."""
 
 
@@ -226,6 +226,9 @@ def plan_kernel(
         scop, contractions = plan_contractions(scop, sizes)
         if contractions:
             schedule = _reschedule(scop, contractions, options, reschedules)
+            if verification_enabled():
+                scop.verify()
+                schedule.verify()
     # 2. the loop AST and its phases
     prefetch = options.optimize and options.prefetch
     ast = build_ast(schedule, sizes, footprints=prefetch)

@@ -10,6 +10,7 @@ from conftest import load_corpus
 
 from polyhedral import build_scop
 from scheduler import Schedule, compute_schedule, textual_schedule
+from tensorlang.errors import InternalError
 from tensorlang.frontend import check_source
 from tensorlang.options import Options
 
@@ -63,5 +64,5 @@ def test_violation_is_detected():
     )
     bad = Schedule(scop, tree, Options(), "test")
     assert not bad.violated_dependences().is_empty()
-    with pytest.raises(AssertionError):
+    with pytest.raises(InternalError, match="violates dependences"):
         bad.verify()
