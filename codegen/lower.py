@@ -25,7 +25,15 @@ from .emit.builtins import emit_builtin
 from .gemm import declare_gemm
 from .planning.astgen import Footprint, Leaf
 from .planning.pipeline import PipelinePlan
-from .planning.plan import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES, KernelPlan, PhaseDecision, Split
+from .planning.plan import (
+    PREFETCH_MAX_BYTES,
+    PREFETCH_MIN_BYTES,
+    Extent,
+    KernelPlan,
+    Param,
+    PhaseDecision,
+    Split,
+)
 
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
@@ -41,12 +49,12 @@ class KernelLayout:
     """How the host passes arguments: buffer order and parameter order."""
 
     tensors: tuple[str, ...]  # buffer pointer order
-    params: tuple[str, ...]  # isl parameters, then "<tensor>.<dim>" for every tensor dimension
+    params: tuple[Param, ...]  # isl parameters, then the extent of every tensor dimension
 
 
 def kernel_layout(scop: Scop) -> KernelLayout:
     program = scop.program
-    dims = tuple(f"{t.name}.{d}" for t in program.tensors for d in range(t.rank))
+    dims = tuple(Extent(t.name, d) for t in program.tensors for d in range(t.rank))
     return KernelLayout(tuple(t.name for t in program.tensors), scop.params.names + dims)
 
 
@@ -540,7 +548,7 @@ class Lowering:
         return acc
 
     def extent(self, tensor: str, d: int) -> ll.Value:
-        return self.params[f"{tensor}.{d}"]
+        return self.params[Extent(tensor, d)]
 
     def address(self, tensor: str, subscripts: tuple[ir.Expr, ...], read: ir.Read | None) -> ll.Value:
         b = self.b

@@ -18,7 +18,7 @@ import islpy as isl
 
 from tensorlang import ir
 
-from .scop import PolyStatement, Scop, compute_dependences
+from .scop import PolyStatement, Scop, StatementKind, compute_dependences
 from .sizes import compile_size_expr
 
 # Below this many multiply-adds a GEMM call (packing, blocking) does not pay for itself.
@@ -73,7 +73,9 @@ def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
 
 def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ContractionPlan | None:
     """The GEMM decomposition of a body statement for these sizes, or None."""
-    if stmt.kind != "body" or any(c.statement == stmt.name and c.dynamic_dims for c in scop.checks):
+    if stmt.kind is not StatementKind.BODY or any(
+        c.statement == stmt.name and c.dynamic_dims for c in scop.checks
+    ):
         return None
     found = _operands(stmt.statement)
     if found is None:

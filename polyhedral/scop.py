@@ -8,6 +8,7 @@ built from the IR without formatting user text.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import islpy as isl
@@ -20,12 +21,19 @@ from .accesses import Access, ExprConverter, access_relation, guarded_reads
 from .sizes import ParamSpace, make_param_space, to_pwaff
 
 
+class StatementKind(enum.StrEnum):
+    """What a polyhedral statement does: set a tensor to its reduction's identity, or compute."""
+
+    INIT = "init"
+    BODY = "body"
+
+
 @dataclass(frozen=True)
 class PolyStatement:
     """One polyhedral statement: an ir.Statement's init or its body."""
 
     name: str  # "S3" (body of statement 3) or "I3" (its identity initialisation)
-    kind: str  # "init" or "body"
+    kind: StatementKind
     position: int  # index of the ir.Statement in the program
     statement: ir.Statement
     domain: isl.Set  # dims named after the statement's index variables
@@ -36,7 +44,7 @@ class PolyStatement:
     def index_vars(self) -> tuple[str, ...]:
         if self.projected is not None:
             return self.projected
-        return self.statement.indices if self.kind == "init" else self.statement.all_indices
+        return self.statement.indices if self.kind is StatementKind.INIT else self.statement.all_indices
 
     @property
     def write(self) -> Access:
@@ -206,15 +214,15 @@ def _domain(params: ParamSpace, name: str, ranges: tuple[ir.IndexRange, ...]) ->
 
 
 def _poly_statement(
-    params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: str
+    params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: StatementKind
 ) -> PolyStatement:
-    ranges = st.ranges[: len(st.indices)] if kind == "init" else st.ranges
+    ranges = st.ranges[: len(st.indices)] if kind is StatementKind.INIT else st.ranges
     name = f"{'I' if kind == 'init' else 'S'}{pos}"
     domain = _domain(params, name, ranges)
     conv = ExprConverter(params, domain.get_space(), tuple(r.var for r in ranges))
     lhs = tuple(conv.pwaff(ir.IndexRef(name=v)) for v in st.indices)
     accesses = [Access(st.tensor, True, access_relation(conv, domain, st.tensor, lhs), lhs, domain, None)]
-    if kind == "body":
+    if kind is StatementKind.BODY:
         if st.op != "=":  # a reduction reads its own LHS element
             accesses.append(Access(st.tensor, False, accesses[0].relation, lhs, domain, None))
         for read, guard in guarded_reads(st.rhs, conv, domain):
@@ -278,8 +286,8 @@ def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
     statements: list[PolyStatement] = []
     for pos, st in enumerate(program.statements):
         if st.initializes:
-            statements.append(_poly_statement(params, program, pos, st, "init"))
-        statements.append(_poly_statement(params, program, pos, st, "body"))
+            statements.append(_poly_statement(params, program, pos, st, StatementKind.INIT))
+        statements.append(_poly_statement(params, program, pos, st, StatementKind.BODY))
     checks = [
         c for s in statements for a in s.accesses if (c := _bounds_check(params, program, s, a)) is not None
     ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from tensorlang.options import Options
 
 from .graph import OpGraph
@@ -71,7 +71,7 @@ def _spans_plainly(scop: Scop, region: Region, tree: isl.Schedule) -> bool:
     band = _outer_band(tree)
     if band is None:
         return False
-    bodies = {n for n in _poly_names(scop, region) if scop.statement(n).kind == "body"}
+    bodies = {n for n in _poly_names(scop, region) if scop.statement(n).kind is StatementKind.BODY}
     return bodies <= set(member_vars(scop, band)[0])  # identity initialisations may sit at a constant
 
 

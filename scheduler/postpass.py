@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from tensorlang import ir
 from tensorlang.options import Options
 
@@ -66,7 +66,7 @@ def _access_score(scop: Scop, statement: str, var: str) -> int:
     stmt = scop.statement(statement)
     st = stmt.statement
     subscript_lists: list[tuple[ir.Expr, ...]] = [tuple(ir.IndexRef(name=v) for v in st.indices)]
-    if stmt.kind == "body":
+    if stmt.kind is StatementKind.BODY:
         subscript_lists += [a.read.indices for a in stmt.reads if a.read is not None]
     score = 0
     for subscripts in subscript_lists:
@@ -132,7 +132,7 @@ def _strided_accesses(scop: Scop, node: isl.ScheduleNode, member: int) -> int:
         stmt = scop.statement(statement)
         st = stmt.statement
         lists = [tuple(ir.IndexRef(name=v) for v in st.indices)]
-        if stmt.kind == "body":
+        if stmt.kind is StatementKind.BODY:
             lists += [a.read.indices for a in stmt.reads if a.read is not None]
         for subscripts in lists:
             forms = [ir.affine_form(x) for x in subscripts]

@@ -10,6 +10,7 @@ data while this one computes.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,7 +19,21 @@ import islpy as isl
 from polyhedral import Scop
 from scheduler import Schedule
 
-PARALLEL, SERIAL = "parallel", "serial"
+
+class LoopKind(enum.StrEnum):
+    """Whether a loop's iterations may run on several threads (it carries no dependence)."""
+
+    PARALLEL = "parallel"
+    SERIAL = "serial"
+
+
+@dataclass(frozen=True)
+class LoopInfo:
+    """What the AST builder found for one for loop; the loop's annotation names it in `LoopAst.loops`
+    (annotations are opaque keys: nothing parses them)."""
+
+    kind: LoopKind
+    footprints: tuple[Footprint, ...]  # for a phase's outer loop: what one iteration reads
 
 
 @dataclass(frozen=True)
@@ -58,6 +73,7 @@ class LoopAst:
 
     root: isl.AstNode
     leaves: Mapping[str, Leaf]  # annotation id name → leaf
+    loops: Mapping[str, LoopInfo]  # annotation id name of a for node → what was found for it
     phases: tuple[Phase, ...]
     sizes: Mapping[str, int] | None  # concrete sizes when specialised, else None
 
@@ -125,15 +141,6 @@ def _statements_under(node: isl.AstNode, leaves: Mapping[str, Leaf]) -> tuple[st
     return tuple(dict.fromkeys(leaf.statement for leaf in leaves_under(node, leaves)))
 
 
-def loop_kind(node: isl.AstNode) -> str:
-    """PARALLEL or SERIAL, as annotated on a for node by `build_ast`."""
-    return node.get_annotation().get_name().split(".")[0]
-
-
-def _footprint_key(node: isl.AstNode) -> int:
-    return int(node.get_annotation().get_name().split(".")[1])
-
-
 def _iteration_footprints(build: isl.AstBuild, reads: isl.UnionMap) -> tuple[Footprint, ...]:
     """For the outermost loop being built: the box each tensor's reads cover in one iteration,
     for tensors where it moves with the iterator (a row of a matrix, not a bias vector)."""
@@ -172,7 +179,7 @@ def _affine_reads(scop: Scop) -> isl.UnionMap:
 
 
 def _phases(
-    root: isl.AstNode, leaves: Mapping[str, Leaf], footprints: list[tuple[Footprint, ...]]
+    root: isl.AstNode, leaves: Mapping[str, Leaf], loops: Mapping[str, LoopInfo]
 ) -> tuple[Phase, ...]:
     root = unwrap(root)
     if root.get_type() == isl.ast_node_type.block:
@@ -184,14 +191,15 @@ def _phases(
     for top in tops:
         inner = unwrap(top)
         is_for = inner.get_type() == isl.ast_node_type.for_ and not inner.for_is_degenerate()
-        is_parallel_for = is_for and loop_kind(inner) == PARALLEL
+        info = loops[inner.get_annotation().get_name()] if is_for else None
+        is_parallel_for = info is not None and info.kind is LoopKind.PARALLEL
         phases.append(
             Phase(
                 top,
                 inner if is_parallel_for else None,
                 _statements_under(top, leaves),
                 inner if is_for else None,
-                footprints[_footprint_key(inner)] if is_for else (),
+                info.footprints if info is not None else (),
             )
         )
     return tuple(phases)
@@ -222,12 +230,13 @@ def build_ast(
         return node.set_annotation(isl.Id(key, context=ctx))
 
     reads = _affine_reads(scop) if footprints else None
-    found: list[tuple[Footprint, ...]] = []  # per for loop, in the order isl builds them
+    loops: dict[str, LoopInfo] = {}
 
     def before_each_for(build: isl.AstBuild) -> isl.Id:
-        kind = PARALLEL if _carries_no_dependence(build, deps) else SERIAL
-        found.append(_iteration_footprints(build, reads) if reads is not None else ())
-        return isl.Id(f"{kind}.{len(found) - 1}", context=ctx)
+        kind = LoopKind.PARALLEL if _carries_no_dependence(build, deps) else LoopKind.SERIAL
+        key = f"loop{len(loops)}"
+        loops[key] = LoopInfo(kind, _iteration_footprints(build, reads) if reads is not None else ())
+        return isl.Id(key, context=ctx)
 
     build = isl.AstBuild.from_context(context)
     # the callback handles must outlive the build (dropping them early crashes islpy)
@@ -235,7 +244,8 @@ def build_ast(
     build, _keep_for = build.set_before_each_for(before_each_for)
     root = build.node_from_schedule(tree)
     del _keep_leaf, _keep_for
-    return LoopAst(root, leaves, _phases(root, leaves, found), dict(sizes) if sizes is not None else None)
+    sizes = dict(sizes) if sizes is not None else None
+    return LoopAst(root, leaves, loops, _phases(root, leaves, loops), sizes)
 
 
 def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None:

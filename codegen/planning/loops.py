@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
 from tensorlang import ir
 
@@ -52,7 +52,7 @@ def statement_text(
         c = plan.c.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
         return f"gemm({dims}): {c} += {_expr(st.rhs, names)};"
     lhs = st.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
-    if stmt.kind == "init":
+    if stmt.kind is StatementKind.INIT:
         return f"{lhs} = {_IDENTITY[st.op]};"
     rhs = _expr(st.rhs, index_names)
     if st.op == "=":

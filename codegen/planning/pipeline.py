@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from tensorlang import ir
 
 from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, leaves_under, unwrap
@@ -103,7 +103,7 @@ def _arithmetic(scop: Scop, names: list[str]) -> int:
     total = 0
     for name in names:
         stmt = scop.statement(name)
-        if stmt.kind != "body":
+        if stmt.kind is not StatementKind.BODY:
             continue
         for e in ir.walk(stmt.statement.rhs):
             if isinstance(e, ir.Call):
@@ -184,7 +184,7 @@ def plan_pipeline(
     b_writes = {_written(scop, n) for n in b_names}
     for name in b_names:
         stmt = scop.statement(name)
-        if stmt.kind != "body" or stmt.statement.op != "=":
+        if stmt.kind is not StatementKind.BODY or stmt.statement.op != "=":
             return None
     if any(_accessed(scop, n) & b_writes for n in before):
         return None

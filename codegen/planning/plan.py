@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan, plan_contractions
 from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule, compute_schedule
@@ -42,6 +42,21 @@ from .storage import (
 #: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
 PREFETCH_MAX_BYTES = 256 << 10
 PREFETCH_MIN_BYTES = 1 << 10
+
+
+@dataclass(frozen=True)
+class Extent:
+    """A kernel parameter: the extent of dimension `dim` of `tensor` (the other parameters are
+    the isl parameters, named by strings as isl names them)."""
+
+    tensor: str
+    dim: int
+
+    def __str__(self) -> str:
+        return f"{self.tensor}.{self.dim}"
+
+
+Param = str | Extent  # an isl parameter's name, or a tensor extent
 
 
 @dataclass(frozen=True)
@@ -97,7 +112,7 @@ class KernelPlan:
     scop: Scop
     ast: LoopAst
     sizes: tuple[tuple[str, int], ...] | None
-    param_values: Mapping[str, int] | None
+    param_values: Mapping[Param, int] | None
     fast_math: bool
     vectorize: bool
     contractions: Mapping[str, ContractionPlan]  # statement → its GEMM call
@@ -181,7 +196,7 @@ class KernelPlan:
             for name in phase.statements:
                 stmt = self.scop.statement(name)
                 st = stmt.statement
-                ranges = st.ranges if stmt.kind == "body" else st.ranges[: len(st.indices)]
+                ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
                 points = 1
                 for r in ranges:
                     points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
@@ -198,12 +213,12 @@ class KernelPlan:
         return tuple(runs)
 
 
-def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[str, int]:
+def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[Param, int]:
     """The value of every kernel parameter for these sizes: isl parameters, then tensor extents."""
     values = scop.params.values(sizes)
     for t in scop.program.tensors:
         for d, extent in enumerate(t.shape):
-            values[f"{t.name}.{d}"] = compile_size_expr(extent)(sizes)
+            values[Extent(t.name, d)] = compile_size_expr(extent)(sizes)
     return values
 
 
@@ -334,7 +349,7 @@ def _prefetched(
             lo = [evaluate_ast_int(e, at_first) for e in f.lo]
             hi = [evaluate_ast_int(e, at_first) for e in f.hi]
             if None not in lo and None not in hi:
-                extents = [values.get(f"{f.tensor}.{d}") for d in range(len(lo))]
+                extents = [values.get(Extent(f.tensor, d)) for d in range(len(lo))]
                 if None not in extents and not _worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
                     continue
         chosen.append(f)

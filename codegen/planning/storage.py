@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
 from tensorlang import ir
 
@@ -63,7 +63,7 @@ def _subscripts(scop: Scop, name: str, tensor: str) -> list[tuple[ir.Expr, ...]]
     found = []
     if st.tensor == tensor:
         found.append(tuple(ir.IndexRef(name=v) for v in st.indices))
-    if stmt.kind == "body":
+    if stmt.kind is StatementKind.BODY:
         found += [e.indices for e in ir.walk(st.rhs) if isinstance(e, ir.Read) and e.tensor == tensor]
     return found
 
