@@ -33,7 +33,7 @@ import islpy as isl
 from polyhedral import Scop, StatementKind
 from tensorlang import ir
 
-from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, leaves_under, unwrap
+from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, leaves_under, loop_range, unwrap
 
 
 @dataclass(frozen=True)
@@ -68,18 +68,10 @@ def _constant_loop(node: isl.AstNode, values: Mapping[str, int]) -> tuple[int, i
     node = unwrap(node)
     if node.get_type() != isl.ast_node_type.for_ or node.for_is_degenerate():
         return None
-    first = evaluate_ast_int(node.for_get_init(), values)
-    step = evaluate_ast_int(node.for_get_inc(), values)
-    cond = node.for_get_cond()
-    T = isl.ast_expr_op_type
-    if first is None or step != 1 or cond.get_type() != isl.ast_expr_type.op:
+    found = loop_range(node, values)
+    if found is None or found[2] != 1:
         return None
-    if cond.get_op_type() not in (T.le, T.lt) or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id:
-        return None
-    bound = evaluate_ast_int(cond.get_op_arg(1), values)
-    if bound is None:
-        return None
-    stop = bound + 1 if cond.get_op_type() == T.le else bound
+    first, stop, _ = found
     return (first, stop - first) if stop > first else None
 
 

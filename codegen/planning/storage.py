@@ -42,12 +42,9 @@ class ContractedTemporary:
 
 
 def _outer_iterator(phase: Phase) -> str | None:
-    node = phase.node
-    while node.get_type() == isl.ast_node_type.mark:
-        node = node.mark_get_node()
-    if node.get_type() != isl.ast_node_type.for_ or node.for_is_degenerate():
+    if phase.outer is None:  # the phase is not a loop (or a degenerate one)
         return None
-    return node.for_get_iterator().get_id().get_name()
+    return phase.outer.for_get_iterator().get_id().get_name()
 
 
 def _leaves_by_statement(ast: LoopAst) -> dict[str, list[Leaf]]:
