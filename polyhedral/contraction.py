@@ -71,35 +71,62 @@ def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
     return c, ops[0], ops[1]
 
 
+@dataclass(frozen=True)
+class _Roles:
+    """The operands of `C += X·Y` and the candidates for each GEMM role among its variables."""
+
+    c: Operand
+    x: Operand
+    y: Operand
+    m: tuple[str, ...]  # in C and X only
+    n: tuple[str, ...]  # in C and Y only
+    k: tuple[str, ...]  # reduced, in X and Y
+
+
+def _roles(st: ir.Statement) -> _Roles | None:
+    """The one definition of a contraction: `C += X·Y` with M-, N- and K-like variables, not
+    reading the tensor it accumulates into."""
+    found = _operands(st)
+    if found is None:
+        return None
+    c, x, y = found
+    if c.tensor in (x.tensor, y.tensor):
+        return None  # reads the tensor it accumulates into: not a plain C += A·B
+    in_c = set(st.indices)
+    m = tuple(v for v in st.indices if x.uses(v) and not y.uses(v))
+    n = tuple(v for v in st.indices if y.uses(v) and not x.uses(v))
+    k = tuple(v for v in st.reduction_indices if x.uses(v) and y.uses(v) and v not in in_c)
+    if not (m and n and k):
+        return None
+    return _Roles(c, x, y, m, n, k)
+
+
+def is_contraction(st: ir.Statement) -> bool:
+    """A statement the GEMM path can run (for large enough sizes)."""
+    return _roles(st) is not None
+
+
 def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ContractionPlan | None:
     """The GEMM decomposition of a body statement for these sizes, or None."""
     if stmt.kind is not StatementKind.BODY or any(
         c.statement == stmt.name and c.dynamic_dims for c in scop.checks
     ):
         return None
-    found = _operands(stmt.statement)
-    if found is None:
-        return None
-    c, x, y = found
-    if c.tensor in (x.tensor, y.tensor):
-        return None  # reads the tensor it accumulates into: not a plain C += A·B
     st = stmt.statement
-    extent = {r.var: compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes) for r in st.ranges}
-    in_c = set(st.indices)
-
-    def best(candidates: list[str]) -> str | None:
-        # the largest extent; among equals the later (inner, smaller-stride) variable
-        return max(candidates, key=lambda v: (extent[v], st.all_indices.index(v)), default=None)
-
-    m = best([v for v in st.indices if x.uses(v) and not y.uses(v)])
-    n = best([v for v in st.indices if y.uses(v) and not x.uses(v)])
-    k = best([v for v in st.reduction_indices if x.uses(v) and y.uses(v) and v not in in_c])
-    if m is None or n is None or k is None:
+    roles = _roles(st)
+    if roles is None:
         return None
+    extent = {r.var: compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes) for r in st.ranges}
+
+    def best(candidates: tuple[str, ...]) -> str:
+        # the largest extent; among equals the later (inner, smaller-stride) variable
+        return max(candidates, key=lambda v: (extent[v], st.all_indices.index(v)))
+
+    m, n, k = best(roles.m), best(roles.n), best(roles.k)
     if extent[m] * extent[n] * extent[k] < MIN_CONTRACTION_WORK:
         return None
     outer = tuple(v for v in st.all_indices if v not in (m, n, k))
-    return ContractionPlan(stmt.name, c, x, y, m, n, k, outer)
+    return ContractionPlan(stmt.name, roles.c, roles.x, roles.y, m, n, k, outer)
 
 
 def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
@@ -137,17 +164,3 @@ def plan_contractions(scop: Scop, sizes: Mapping[str, int]) -> tuple[Scop, dict[
     stmts = tuple(statements)
     projected = Scop(scop.program, scop.params, stmts, scop.checks, compute_dependences(stmts, scop.params))
     return projected, plans
-
-
-def is_contraction(st: ir.Statement) -> bool:
-    """C += A·B with M-, N- and K-like variables: a statement the GEMM path can run (for large sizes)."""
-    found = _operands(st)
-    if found is None:
-        return False
-    c, x, y = found
-    if c.tensor in (x.tensor, y.tensor):
-        return False
-    has_m = any(x.uses(v) and not y.uses(v) for v in st.indices)
-    has_n = any(y.uses(v) and not x.uses(v) for v in st.indices)
-    has_k = any(x.uses(v) and y.uses(v) for v in st.reduction_indices)
-    return has_m and has_n and has_k
