@@ -19,9 +19,9 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import Scop, StatementKind
-from tensorlang.options import Options
 
 from .graph import OpGraph
+from .options import ScheduleOptions
 from .postpass import member_vars
 
 Region = tuple[int, ...]  # positions of ir statements
@@ -166,7 +166,9 @@ def _shares_data(graph: OpGraph, region: Region, position: int) -> bool:
     return bool(set(node.reads) & (written | read))
 
 
-def partition(scop: Scop, graph: OpGraph, options: Options, memo: dict | None = None) -> tuple[Region, ...]:
+def partition(
+    scop: Scop, graph: OpGraph, options: ScheduleOptions, memo: dict | None = None
+) -> tuple[Region, ...]:
     """Regions of consecutive statements, by the strategy in `options.fusion`."""
     memo = {} if memo is None else memo
     positions = [n.position for n in graph.nodes]

@@ -15,9 +15,9 @@ import islpy as isl
 
 from polyhedral import Scop, StatementKind
 from tensorlang import ir
-from tensorlang.options import Options
 
 from .machine import cache_size
+from .options import ScheduleOptions
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,7 @@ def _unroll_and_jam(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
     return point
 
 
-def optimise_tree(scop: Scop, tree: isl.Schedule, options: Options) -> isl.Schedule:
+def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> isl.Schedule:
     """Reorder every permutable band for stride-1 inner loops; tile if asked."""
 
     def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:

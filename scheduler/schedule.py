@@ -9,10 +9,10 @@ import islpy as isl
 from polyhedral import Scop
 from polyhedral.scop import original_order
 from tensorlang.errors import InternalError
-from tensorlang.options import Options
 
 from .fusion import partition, schedule_regions
 from .graph import OpGraph, build_graph
+from .options import ScheduleOptions
 from .postpass import optimise_tree
 
 # Bound on isl's work per scheduling call: beyond it we fall back to the textual order.
@@ -25,7 +25,7 @@ class Schedule:
 
     scop: Scop
     tree: isl.Schedule
-    options: Options
+    options: ScheduleOptions
     strategy: str  # "regions" (isl per fusion region) or "textual" (fallback: source order)
     regions: tuple[tuple[int, ...], ...] = ()  # ir statement positions scheduled together
     graph: OpGraph | None = None
@@ -79,8 +79,8 @@ def _configure(ctx: isl.Context) -> None:
     ctx.set_schedule_treat_coalescing(1)
 
 
-def compute_schedule(scop: Scop, options: Options | None = None) -> Schedule:
-    options = options or Options()
+def compute_schedule(scop: Scop, options: ScheduleOptions | None = None) -> Schedule:
+    options = options or ScheduleOptions()
     ctx = scop.ctx
     if not scop.statements:
         return Schedule(scop, isl.Schedule.from_domain(scop.domain()), options, "textual")

@@ -20,7 +20,7 @@ import islpy as isl
 from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan, plan_contractions
 from polyhedral.sizes import compile_size_expr
-from scheduler import Schedule, compute_schedule
+from scheduler import Schedule, ScheduleOptions, compute_schedule
 from tensorlang import ir
 from tensorlang.errors import InternalError, verification_enabled
 from tensorlang.options import Options
@@ -240,7 +240,7 @@ def plan_kernel(
     if transform:
         scop, contractions = plan_contractions(scop, sizes)
         if contractions:
-            schedule = _reschedule(scop, contractions, options, reschedules)
+            schedule = _reschedule(scop, contractions, schedule.options, reschedules)
             if verification_enabled():
                 scop.verify()
                 schedule.verify()
@@ -295,7 +295,7 @@ def plan_kernel(
 def _reschedule(
     scop: Scop,
     contractions: Mapping[str, ContractionPlan],
-    options: Options,
+    options: ScheduleOptions,
     memo: MutableMapping[tuple, Schedule] | None,
 ) -> Schedule:
     key = tuple(sorted((name, p.m, p.n, p.k) for name, p in contractions.items()))

@@ -9,10 +9,9 @@ import pytest
 from conftest import load_corpus
 
 from polyhedral import build_scop
-from scheduler import Schedule, compute_schedule, textual_schedule
+from scheduler import Schedule, ScheduleOptions, compute_schedule, textual_schedule
 from tensorlang.errors import InternalError
 from tensorlang.frontend import check_source
-from tensorlang.options import Options
 
 CORPUS = load_corpus() or {"cases": []}
 PROGRAMS = {c["name"]: (c["tc"], c.get("entry")) for c in CORPUS["cases"]}
@@ -42,14 +41,14 @@ def _scop(name):
 def test_schedule_respects_dependences(name, fusion):
     scop = _scop(name)
     scop.verify()
-    schedule = compute_schedule(scop, Options(fusion=fusion))
+    schedule = compute_schedule(scop, ScheduleOptions(fusion=fusion))
     assert schedule.violated_dependences().is_empty()
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_textual_fallback_is_legal(name):
     scop = _scop(name)
-    schedule = Schedule(scop, textual_schedule(scop), Options(), "textual")
+    schedule = Schedule(scop, textual_schedule(scop), ScheduleOptions(), "textual")
     schedule.verify()
 
 
@@ -62,7 +61,7 @@ def test_violation_is_detected():
     tree = isl.Schedule.from_domain(scop.domain()).insert_partial_schedule(
         isl.MultiUnionPwAff.from_union_map(reversed_k.intersect_domain(scop.domain()))
     )
-    bad = Schedule(scop, tree, Options(), "test")
+    bad = Schedule(scop, tree, ScheduleOptions(), "test")
     assert not bad.violated_dependences().is_empty()
     with pytest.raises(InternalError, match="violates dependences"):
         bad.verify()

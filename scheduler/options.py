@@ -1,0 +1,75 @@
+"""scheduler: the user's Options → ScheduleOptions, the knobs that fusion, isl scheduling and the post-passes read."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+from tensorlang.errors import TensorLangError
+
+# "smart" is TC's name for the cost-model strategy; it is an alias of "auto"
+FUSION_STRATEGIES = ("auto", "smart", "max", "none")
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """What the scheduler may decide, validated once.
+
+    tile: tile sizes for permutable bands (None: chosen from the cache model).
+    fusion: "auto" (cost model; "smart" is an alias), "max" (one region) or "none" (one region
+        per statement).
+    unroll: unroll-and-jam factor of the second-innermost loop of a band (None: no unrolling).
+    optimize: False schedules the statements in source order with no post-passes.
+    threads: the thread count the fusion cost model plans for (None: `default_threads()`).
+    """
+
+    tile: tuple[int, ...] | None = None
+    fusion: str = "auto"
+    unroll: int | None = None
+    optimize: bool = True
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        tile = self.tile
+        if _is_int(tile):
+            tile = (tile,)
+        if tile is not None:
+            if not isinstance(tile, tuple | list) or not all(_is_int(t) and t >= 1 for t in tile):
+                raise TensorLangError(f"Options.tile must be positive integers, got {self.tile!r}")
+            object.__setattr__(self, "tile", tuple(tile))
+        if self.fusion not in FUSION_STRATEGIES:
+            raise TensorLangError(
+                f"Options.fusion must be one of {', '.join(FUSION_STRATEGIES)}, got {self.fusion!r}"
+            )
+        if self.unroll is not None and not (_is_int(self.unroll) and self.unroll >= 1):
+            raise TensorLangError(f"Options.unroll must be a positive integer, got {self.unroll!r}")
+        if self.threads is not None and not (_is_int(self.threads) and self.threads >= 1):
+            raise TensorLangError(f"Options.threads must be a positive integer, got {self.threads!r}")
+
+    def thread_count(self) -> int:
+        """The threads parallel loops may use: `threads`, else the environment's default."""
+        return 1 if not self.optimize else self.threads or default_threads()
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def default_threads() -> int:
+    """TENSORLANG_NUM_THREADS if set, else every core."""
+    env = os.environ.get("TENSORLANG_NUM_THREADS")
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if value < 1:
+            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
+        return value
+    return _cpu_count()
+
+
+@functools.cache
+def _cpu_count() -> int:
+    return os.cpu_count() or 1
