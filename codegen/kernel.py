@@ -19,9 +19,10 @@ from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 from tensorlang.options import Options
 
-from .gemm import shared_gemm
-from .lower import ERROR_DIVISION, ERROR_INDEX, KernelLayout, lower_to_llvm
+from .lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
+from .lowering.gemm_jit import shared_gemm
 from .lowering.jit import MachineCode, assembly_of, jit, optimise
+from .lowering.lower import lower_to_llvm
 from .parallel import Workspaces, run_phases
 from .planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
 from .planning.storage import ContractedTemporary

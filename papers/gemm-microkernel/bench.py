@@ -1,4 +1,4 @@
-"""bench: tl_gemm_f32/f64 (codegen.gemm) vs single-threaded NumPy/OpenBLAS → GFLOP/s table (medians)."""
+"""bench: tl_gemm_f32/f64 (codegen.emit.gemm_kernel) vs single-threaded NumPy/OpenBLAS → GFLOP/s table (medians)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from codegen import gemm, host  # noqa: E402
+from codegen import host  # noqa: E402
+from codegen.lowering.gemm_jit import compile_gemm  # noqa: E402
 
 
 def workspace(dtype: str) -> np.ndarray:
@@ -27,7 +28,7 @@ def workspace(dtype: str) -> np.ndarray:
 
 
 def caller(dtype: str):
-    compiled = gemm.compile_gemm(dtype)
+    compiled = compile_gemm(dtype)
     ptr = ctypes.POINTER(ctypes.c_float if dtype == "float32" else ctypes.c_double)
     ws = workspace(dtype)
 

@@ -1,4 +1,4 @@
-"""Packed GEMM kernel (codegen.gemm): differential tests against NumPy on awkward sizes, strides, threads."""
+"""Packed GEMM kernel (codegen.emit.gemm_kernel, compiled by codegen.lowering.gemm_jit): differential tests against NumPy on awkward sizes, strides, threads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from codegen import gemm, host
+from codegen import host
+from codegen.emit.gemm_kernel import define_gemm
+from codegen.lowering.gemm_jit import compile_gemm
 
 DTYPES = ["float32", "float64"]
 TOL = {"float32": 2e-4, "float64": 1e-11}
@@ -35,7 +37,7 @@ class Gemm:
 
     def __init__(self, dtype: str, cfg: host.GemmBlocking):
         self.dtype = dtype
-        self.compiled = gemm.compile_gemm(dtype, cfg)
+        self.compiled = compile_gemm(dtype, cfg)
         self.ws_bytes = host.gemm_workspace_layout(cfg, np.dtype(dtype).itemsize)[2]
 
     def workspace(self) -> np.ndarray:
@@ -189,11 +191,11 @@ def test_threads_on_row_blocks(dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_define_once_and_signature(dtype):
     module = ir.Module(name="m")
-    fn = gemm.define_gemm(module, dtype)
-    assert gemm.define_gemm(module, dtype) is fn
+    fn = define_gemm(module, dtype)
+    assert define_gemm(module, dtype) is fn
     assert fn.name == {"float32": "tl_gemm_f32", "float64": "tl_gemm_f64"}[dtype]
     assert len(fn.args) == 13 and isinstance(fn.function_type.return_type, ir.VoidType)
-    other = gemm.define_gemm(module, "float64" if dtype == "float32" else "float32")
+    other = define_gemm(module, "float64" if dtype == "float32" else "float32")
     assert other is not fn
     ws = host.workspace_bytes(dtype)
     assert ws > 0 and ws % 64 == 0

@@ -101,8 +101,9 @@ def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
     import copy
     import dataclasses
 
-    from codegen.lower import ERROR_INDEX, lower_to_llvm
+    from codegen.lowering.abi import ERROR_INDEX
     from codegen.lowering.jit import jit
+    from codegen.lowering.lower import lower_to_llvm
 
     src = "def gather(float(V, D) T, int32(N) I) -> (O) { O(n, d) = T(I(n), d) }"
     k = tl.compile(src, options=tl.Options(threads=1))

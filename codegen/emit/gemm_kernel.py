@@ -1,0 +1,245 @@
+"""emit: BLIS-style packed GEMM (C += A·B, any strides) → LLVM IR with an explicit-vector micro-kernel."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from ..host import GemmBlocking, gemm_blocking, gemm_workspace_layout
+from .gemm_pack import (
+    c64,
+    declare_intrinsic,
+    define_function,
+    define_pack_a,
+    define_pack_b,
+    gep,
+    imin,
+    load,
+    loop,
+    splat,
+    store,
+    vptr,
+)
+from .values import I1, I8, I32, I64
+
+I8P = I8.as_pointer()
+
+_TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8, "f64")}
+
+
+def gemm_symbol(dtype: str) -> str:
+    """The name of the GEMM function for `dtype`: tl_gemm_f32 or tl_gemm_f64."""
+    return f"tl_gemm_{_TYPES[dtype][2]}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The micro-kernel: C[0:mr, 0:nr] += Ap(kc×MR strip) · Bp(kc×NR panel), accumulators in registers
+
+
+def _define_microkernel(
+    module: ir.Module, name: str, t: ir.Type, size: int, cfg: GemmBlocking
+) -> ir.Function:
+    tp = t.as_pointer()
+    vty = ir.VectorType(t, cfg.vw)
+    mr, nv, nr, vw = cfg.mr, cfg.nv, cfg.nr, cfg.vw
+    fn = define_function(
+        module,
+        name,
+        ir.VoidType(),
+        [I64, tp, tp, tp, I64, I64, I64, I64],
+        ["kc", "ap", "bp", "c", "c_rs", "c_cs", "m", "n"],
+    )
+    for i in (1, 2, 3):
+        fn.args[i].add_attribute("noalias")
+    kc, ap, bp, c, c_rs, c_cs, m, n = fn.args
+    fma = declare_intrinsic(module, f"llvm.fma.v{cfg.vw}{'f32' if size == 4 else 'f64'}", vty, [vty] * 3)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    tmp = b.alloca(t, size=mr * nr, name="tile")
+    tmp.align = 64
+    zero = ir.Constant(vty, None)
+
+    def step(accs, a_ptr, b_ptr, u):
+        bs = [load(b, vptr(b, b_ptr, c64(u * nr + j * vw), vty), vw * size) for j in range(nv)]
+        out = []
+        for r in range(mr):
+            a = splat(b, load(b, gep(b, a_ptr, c64(u * mr + r)), size), vty)
+            out.append([b.call(fma, [a, bs[j], accs[r][j]]) for j in range(nv)])
+        return out
+
+    def k_loop(label, count, unroll, accs, a0, b0):
+        """`count // unroll` iterations of `unroll` k steps; returns (accs, a, b) after it."""
+        pre = b.block
+        head = b.append_basic_block(f"{label}.head")
+        body = b.append_basic_block(f"{label}.body")
+        done = b.append_basic_block(f"{label}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(I64, name=f"{label}.k")
+        pa = b.phi(tp, name=f"{label}.a")
+        pb = b.phi(tp, name=f"{label}.b")
+        phis = [[b.phi(vty, name=f"acc{r}_{j}") for j in range(nv)] for r in range(mr)]
+        k.add_incoming(c64(0), pre)
+        pa.add_incoming(a0, pre)
+        pb.add_incoming(b0, pre)
+        for r in range(mr):
+            for j in range(nv):
+                phis[r][j].add_incoming(accs[r][j], pre)
+        b.cbranch(b.icmp_signed("<", k, count), body, done)
+        b.position_at_end(body)
+        new = phis
+        for u in range(unroll):
+            new = step(new, pa, pb, u)
+        k.add_incoming(b.add(k, c64(1), flags=["nsw"]), b.block)
+        pa.add_incoming(gep(b, pa, c64(unroll * mr)), b.block)
+        pb.add_incoming(gep(b, pb, c64(unroll * nr)), b.block)
+        for r in range(mr):
+            for j in range(nv):
+                phis[r][j].add_incoming(new[r][j], b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis, pa, pb
+
+    if cfg.prefetch_c:
+        prefetch = declare_intrinsic(module, "llvm.prefetch.p0", ir.VoidType(), [I8P, I32, I32, I32])
+        for r in range(mr):
+            row = b.gep(c, [b.mul(c64(r), c_rs)])  # not inbounds: rows past m are only prefetched
+            for j in range(0, nr * size, 64):
+                p = b.gep(b.bitcast(row, I8P), [c64(j)])
+                b.call(prefetch, [p, ir.Constant(I32, 1), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+    u = cfg.unroll
+    accs = [[zero] * nv for _ in range(mr)]
+    accs, pa, pb = k_loop("ku", b.sdiv(kc, c64(u)), u, accs, ap, bp)
+    accs, pa, pb = k_loop("kr", b.srem(kc, c64(u)), 1, accs, pa, pb)
+
+    def scalar_update():
+        """Any C strides: spill the tile, then C[r, j] += tile[r, j] one element at a time."""
+        for r in range(mr):
+            for j in range(nv):
+                store(b, accs[r][j], vptr(b, tmp, c64(r * nr + j * vw), vty), vw * size)
+        with loop(b, 0, m, name="er") as r:
+            row = gep(b, c, b.mul(r, c_rs))
+            trow = gep(b, tmp, b.mul(r, c64(nr)))
+            with loop(b, 0, n, name="ec") as j:
+                p = gep(b, row, b.mul(j, c_cs))
+                b.store(b.fadd(b.load(p), b.load(gep(b, trow, j))), p)
+
+    full = b.and_(
+        b.and_(b.icmp_signed("==", m, c64(mr)), b.icmp_signed("==", n, c64(nr))),
+        b.icmp_signed("==", c_cs, c64(1)),
+    )
+    with b.if_else(full) as (then, otherwise):
+        with then:
+            for r in range(mr):
+                row = gep(b, c, b.mul(c64(r), c_rs))
+                for j in range(nv):
+                    p = vptr(b, row, c64(j * vw), vty)
+                    store(b, b.fadd(load(b, p, size), accs[r][j]), p, size)
+        with otherwise:
+            unit = b.icmp_signed("==", c_cs, c64(1))
+            with b.if_else(unit) as (then2, otherwise2):
+                with then2:
+                    # partial tile of a row-major C: masked loads and stores (an all-false mask touches nothing)
+                    vb = ir.VectorType(I1, vw)
+                    vi = ir.VectorType(I64, vw)
+                    mty = "f32" if size == 4 else "f64"
+                    mload = declare_intrinsic(
+                        module, f"llvm.masked.load.v{vw}{mty}.p0", vty, [vty.as_pointer(), I32, vb, vty]
+                    )
+                    mstore = declare_intrinsic(
+                        module,
+                        f"llvm.masked.store.v{vw}{mty}.p0",
+                        ir.VoidType(),
+                        [vty, vty.as_pointer(), I32, vb],
+                    )
+                    nvec = splat(b, n, vi)
+                    align = ir.Constant(I32, size)
+                    for r in range(mr):
+                        ok = b.icmp_signed("<", c64(r), m)
+                        row = gep(b, c, b.mul(b.select(ok, c64(r), c64(0)), c_rs))  # stays inside C
+                        live = splat(b, ok, vb)
+                        for j in range(nv):
+                            lanes = ir.Constant(vi, [j * vw + e for e in range(vw)])
+                            mask = b.and_(b.icmp_signed("<", lanes, nvec), live)
+                            p = b.bitcast(b.gep(row, [c64(j * vw)]), vty.as_pointer())
+                            old = b.call(mload, [p, align, mask, ir.Constant(vty, None)])
+                            b.call(mstore, [b.fadd(old, accs[r][j]), p, align, mask])
+                with otherwise2:
+                    scalar_update()
+    b.ret_void()
+    return fn
+
+
+# --------------------------------------------------------------------------------------------------
+# The macro-kernel
+
+
+def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) -> ir.Function:
+    """Define (once per module) `void tl_gemm_<f32|f64>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs,
+    c_cs, workspace)`: C[m,n] += Σ_k A[m,k]·B[k,n], strides in elements, workspace of workspace_bytes()."""
+    t, size, _ = _TYPES[dtype]
+    name = gemm_symbol(dtype)
+    if name in module.globals:
+        return module.globals[name]
+    cfg = cfg or gemm_blocking(dtype)
+    tp = t.as_pointer()
+    ukernel = _define_microkernel(module, f"{name}.ukernel", t, size, cfg)
+    pack_a = define_pack_a(module, f"{name}.pack_a", t, size, cfg)
+    pack_b = define_pack_b(module, f"{name}.pack_b", t, size, cfg)
+    fn = define_function(
+        module,
+        name,
+        ir.VoidType(),
+        [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P],
+        ["M", "N", "K", "A", "a_rs", "a_cs", "B", "b_rs", "b_cs", "C", "c_rs", "c_cs", "ws"],
+        linkage="external",
+    )
+    fn.args[9].add_attribute("noalias")
+    fn.args[12].add_attribute("noalias")
+    M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, ws = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    # A column-major C is computed as Cᵀ += Bᵀ·Aᵀ so that its unit stride runs along the vectors
+    swap = b.and_(b.icmp_signed("!=", c_cs, c64(1)), b.icmp_signed("==", c_rs, c64(1)))
+
+    def sel(x, y):
+        return b.select(swap, y, x)
+
+    M, N = sel(M, N), sel(N, M)
+    A, B = sel(A, B), sel(B, A)
+    a_rs, a_cs, b_rs, b_cs = sel(a_rs, b_cs), sel(a_cs, b_rs), sel(b_rs, a_cs), sel(b_cs, a_rs)
+    c_rs, c_cs = sel(c_rs, c_cs), sel(c_cs, c_rs)
+
+    a_off, b_off, _ = gemm_workspace_layout(cfg, size)
+    ap = b.bitcast(b.gep(ws, [c64(a_off)], inbounds=True), tp)
+    bp = b.bitcast(b.gep(ws, [c64(b_off)], inbounds=True), tp)
+    with loop(b, 0, N, cfg.nc, name="jc") as jc:
+        nc = imin(b, c64(cfg.nc), b.sub(N, jc))
+        with loop(b, 0, K, cfg.kc, name="pc") as pc:
+            kc = imin(b, c64(cfg.kc), b.sub(K, pc))
+            bsrc = gep(b, B, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
+            b.call(pack_b, [kc, nc, bsrc, b_rs, b_cs, bp])
+            with loop(b, 0, M, cfg.mc, name="ic") as ic:
+                mc = imin(b, c64(cfg.mc), b.sub(M, ic))
+                asrc = gep(b, A, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
+                b.call(pack_a, [mc, kc, asrc, a_rs, a_cs, ap])
+                cblk = gep(b, C, b.add(b.mul(ic, c_rs), b.mul(jc, c_cs)))
+                with loop(b, 0, nc, cfg.nr, name="jr") as jr:
+                    n = imin(b, c64(cfg.nr), b.sub(nc, jr))
+                    bpanel = gep(b, bp, b.mul(jr, kc))
+                    ccol = gep(b, cblk, b.mul(jr, c_cs))
+                    with loop(b, 0, mc, cfg.mr, name="ir") as i:
+                        m = imin(b, c64(cfg.mr), b.sub(mc, i))
+                        astrip = gep(b, ap, b.mul(i, kc))
+                        ctile = gep(b, ccol, b.mul(i, c_rs))
+                        b.call(ukernel, [kc, astrip, bpanel, ctile, c_rs, c_cs, m, n])
+    b.ret_void()
+    return fn
+
+
+def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
+    """Declare tl_gemm_<dtype> in `module`; its body is the process-wide `lowering.gemm_jit.shared_gemm(dtype)`."""
+    t = _TYPES[dtype][0]
+    name = gemm_symbol(dtype)
+    if name in module.globals:
+        return module.globals[name]
+    tp = t.as_pointer()
+    ty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P])
+    return ir.Function(module, ty, name)

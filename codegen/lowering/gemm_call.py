@@ -1,0 +1,66 @@
+"""lowering: a contraction's ContractionPlan → one call of the packed GEMM at the current outer point."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ll
+
+from polyhedral.contraction import ContractionPlan
+from polyhedral.sizes import isl_param_name
+from tensorlang.dtypes import ScalarType
+
+from ..emit import values as V
+from ..emit.gemm_kernel import declare_gemm
+from .state import LoweringState
+
+
+class GemmCallLowering(LoweringState):
+    """Contractions the plan sends to the GEMM library (codegen/emit/gemm_kernel.py)."""
+
+    def emit_gemm(self, plan: ContractionPlan, dtype: ScalarType) -> None:
+        """C[m, n] += A[m, k] · B[k, n] for the current outer point, as one packed GEMM call."""
+        b = self.b
+        st = self.leaf_statement.statement
+        lo = {r.var: self.size_value(r.lo) for r in st.ranges}
+        hi = {r.var: self.size_value(r.hi) for r in st.ranges}
+        values = dict(self.leaf_statement.indices)
+        m_lo, m_hi = lo[plan.m], hi[plan.m]
+        if self.restrict_gemm_rows:  # this thread computes rows [lo, hi) of M only
+            m_lo = b.select(b.icmp_signed(">", self.lo, m_lo), self.lo, m_lo)
+            m_hi = b.select(b.icmp_signed("<", self.hi, m_hi), self.hi, m_hi)
+        values.update({plan.m: m_lo, plan.n: lo[plan.n], plan.k: lo[plan.k]})
+
+        def extent(a, z):
+            d = b.sub(z, a)
+            return b.select(b.icmp_signed("<", d, ll.Constant(V.I64, 0)), ll.Constant(V.I64, 0), d)
+
+        def operand(op) -> tuple[ll.Value, dict[str, ll.Value]]:
+            """Base pointer at the current point, and the element stride of each variable."""
+            strides = self.element_strides(op.tensor)
+            offset = ll.Constant(V.I64, 0)
+            var_stride: dict[str, ll.Value] = {v: ll.Constant(V.I64, 0) for v in (plan.m, plan.n, plan.k)}
+            for d, form in enumerate(op.forms):
+                sub = ll.Constant(V.I64, form.constant)
+                for name, coeff in form.coeffs:
+                    value = values[name] if name in values else self.params[isl_param_name(name)]
+                    sub = b.add(sub, b.mul(value, ll.Constant(V.I64, coeff), flags=["nsw"]), flags=["nsw"])
+                    if name in var_stride:
+                        var_stride[name] = b.add(
+                            var_stride[name], b.mul(strides[d], ll.Constant(V.I64, coeff))
+                        )
+                offset = b.add(offset, b.mul(sub, strides[d], flags=["nsw"]), flags=["nsw"])
+            return b.gep(self.pointers[op.tensor], [offset]), var_stride
+
+        a_ptr, a_st = operand(plan.a)
+        b_ptr, b_st = operand(plan.b)
+        c_ptr, c_st = operand(plan.c)
+        gemm = declare_gemm(self.module, dtype.numpy_name)
+        b.call(
+            gemm,
+            [
+                extent(m_lo, m_hi), extent(lo[plan.n], hi[plan.n]), extent(lo[plan.k], hi[plan.k]),
+                a_ptr, a_st[plan.m], a_st[plan.k],
+                b_ptr, b_st[plan.k], b_st[plan.n],
+                c_ptr, c_st[plan.m], c_st[plan.n],
+                self.workspace,
+            ],
+        )  # fmt: skip

@@ -1,0 +1,155 @@
+"""lowering: isl AST nodes and expressions → LLVM loops, branches and i64 arithmetic (one phase's loop nest)."""
+
+from __future__ import annotations
+
+import islpy as isl
+import llvmlite.ir as ll
+
+from tensorlang.dtypes import ScalarType
+
+from ..emit import values as V
+from ..planning.plan import Split
+from .state import LoweringState
+
+
+class LoopLowering(LoweringState):
+    """The loop nest of a phase; leaves go to StatementLowering, a pipelined outer loop to
+    PipelineLowering, prefetches to PrefetchLowering."""
+
+    def emit_node(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        t = node.get_type()
+        NT = isl.ast_node_type
+        if t == NT.block:
+            children = node.block_get_children()
+            for i in range(children.n_ast_node()):
+                self.emit_node(children.get_at(i), env)
+        elif t == NT.mark:
+            self.emit_node(node.mark_get_node(), env)
+        elif t == NT.user:
+            self.emit_leaf(self.ast.leaves[node.get_annotation().get_name()], env)
+        elif t == NT.if_:
+            cond = self.ast_expr(node.if_get_cond(), env)
+            if node.if_has_else_node():
+                with self.b.if_else(cond) as (then, otherwise):
+                    with then:
+                        self.emit_node(node.if_get_then_node(), env)
+                    with otherwise:
+                        self.emit_node(node.if_get_else_node(), env)
+            else:
+                with self.b.if_then(cond):
+                    self.emit_node(node.if_get_then_node(), env)
+        elif t == NT.for_:
+            self.emit_for(node, env)
+        else:
+            raise NotImplementedError(f"isl AST node type {t}")
+
+    def _loop_head(self, name: str, init: ll.Value) -> tuple[ll.Block, ll.Block, ll.Block, ll.PhiInstr]:
+        """Branch into a new loop header holding the induction variable `name` (starting at
+        `init`); returns (preheader, body, exit, phi), positioned in the header."""
+        b = self.b
+        pre = b.block
+        header = self.body.append_basic_block(f"{name}.header")
+        body = self.body.append_basic_block(f"{name}.body")
+        exit_ = self.body.append_basic_block(f"{name}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(V.I64, name)
+        iv.add_incoming(init, pre)
+        return pre, body, exit_, iv
+
+    def _open_loop(
+        self,
+        node: isl.AstNode,
+        name: str,
+        init: ll.Value,
+        env: dict[str, ll.Value],
+        restricted: bool,
+        carried_types: list[ll.Type] = (),
+    ) -> tuple[ll.Value, ll.PhiInstr, ll.Block, list[ll.PhiInstr]]:
+        """Header and condition of the for loop `node`, positioned at the start of its body:
+        (first value, induction variable, exit block, one more header phi per `carried_types`,
+        undefined on entry). `restricted`: this thread runs [lo, hi) only."""
+        b = self.b
+        if restricted:
+            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
+        pre, body, exit_, iv = self._loop_head(name, init)
+        carried = []
+        for ty in carried_types:
+            phi = b.phi(ty)
+            phi.add_incoming(ll.Constant(ty, ll.Undefined), pre)
+            carried.append(phi)
+        cond = self.ast_expr(node.for_get_cond(), {**env, name: iv})
+        if restricted:
+            cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
+        b.cbranch(cond, body, exit_)
+        b.position_at_end(body)
+        return init, iv, exit_, carried
+
+    def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        name = node.for_get_iterator().get_id().get_name()
+        init = self.ast_expr(node.for_get_init(), env)
+        if node.for_is_degenerate():
+            self.emit_node(node.for_get_body(), {**env, name: init})
+            return
+        b = self.b
+        # the phase's outermost loop carries the phase's decisions; loops inside it none
+        decision, self.decision = self.decision, None
+        restricted = decision is not None and decision.split is Split.OUTER_LOOP
+        footprints = decision.prefetch if decision is not None else ()
+        pipeline = decision.pipeline if decision is not None else None
+        if pipeline is not None:
+            self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
+            return
+        init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted)
+        inner = {**env, name: iv}
+        inc = self.ast_expr(node.for_get_inc(), inner)
+        if footprints:
+            self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
+        self.emit_node(node.for_get_body(), inner)
+        step = b.add(iv, inc, flags=["nsw"])
+        iv.add_incoming(step, b.block)
+        b.branch(iv.parent)
+        b.position_at_end(exit_)
+
+    def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
+        b = self.b
+        et = e.get_type()
+        if et == isl.ast_expr_type.int:
+            return ll.Constant(V.I64, e.get_val().to_python())
+        if et == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            return env[name] if name in env else self.params[name]
+        T = isl.ast_expr_op_type
+        op = e.get_op_type()
+        args = [e.get_op_arg(i) for i in range(e.get_op_n_arg())]
+        v = [self.ast_expr(a, env) for a in args]
+        if op == T.add:
+            return b.add(v[0], v[1], flags=["nsw"])
+        if op == T.sub:
+            return b.sub(v[0], v[1], flags=["nsw"])
+        if op == T.mul:
+            return b.mul(v[0], v[1], flags=["nsw"])
+        if op == T.minus:
+            return b.sub(ll.Constant(V.I64, 0), v[0], flags=["nsw"])
+        if op in (T.min, T.max):
+            acc = v[0]
+            for x in v[1:]:
+                acc = b.select(b.icmp_signed("<" if op == T.min else ">", acc, x), acc, x)
+            return acc
+        if op in (T.div, T.pdiv_q):
+            return b.sdiv(v[0], v[1])
+        if op in (T.pdiv_r, T.zdiv_r):
+            return b.srem(v[0], v[1])
+        if op == T.fdiv_q:
+            return V.int_div_mod(b, "/", ScalarType.INT64, v[0], v[1])
+        # isl's AST conditions are affine and cannot trap, so && / || need no short circuit
+        if op in (T.and_, T.and_then):
+            return b.and_(v[0], v[1])
+        if op in (T.or_, T.or_else):
+            return b.or_(v[0], v[1])
+        if op in (T.select, T.cond):
+            return b.select(v[0], v[1], v[2])
+        preds = {T.eq: "==", T.le: "<=", T.lt: "<", T.ge: ">=", T.gt: ">"}
+        if op in preds:
+            return b.icmp_signed(preds[op], v[0], v[1])
+        raise NotImplementedError(f"isl AST expression {op}")

@@ -1,0 +1,51 @@
+"""lowering: KernelPlan → LLVM IR module + KernelLayout (one function per phase, then the tl_kernel entry)."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ll
+
+from ..emit import values as V
+from ..planning.plan import KernelPlan, Split
+from .abi import KernelLayout, declare_phase, emit_entry
+from .gemm_call import GemmCallLowering
+from .loops import LoopLowering
+from .pipelined import PipelineLowering
+from .prefetch import PrefetchLowering
+from .statements import StatementLowering
+
+
+class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLowering, PrefetchLowering):
+    """Emits one kernel module from a KernelPlan, one job per base class (their state is
+    LoweringState). Single use: construct, then call `run()`."""
+
+    def run(self) -> ll.Module:
+        for decision, phase in zip(self.plan.phases, self.ast.phases):
+            self.begin_phase(decision.index)
+            self.decision = decision
+            self.restrict_gemm_rows = decision.split is Split.GEMM_ROWS
+            self.emit_node(phase.node, {})
+            self.b.ret(ll.Constant(V.I32, 0))
+        emit_entry(
+            self.module, self.program, self.layout, self.param_values is not None, self.phase_functions
+        )
+        return self.module
+
+    def begin_phase(self, n: int) -> None:
+        """Start the function of phase `n` and point the builder at its entry."""
+        layout = self.layout
+        fn = declare_phase(self.module, self.program, layout, self.param_values is not None, n)
+        self.body = fn
+        self.phase_functions.append(fn)
+        self.error_ptr, self.lo, self.hi, self.workspace = fn.args[-4:]
+        self.b = ll.IRBuilder(fn.append_basic_block("entry"))
+        if self.param_values is not None:
+            self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in layout.params}
+        else:
+            self.params = dict(zip(layout.params, fn.args[len(layout.tensors) : -4]))
+        self.pointers = dict(zip(layout.tensors, fn.args))
+
+
+def lower_to_llvm(plan: KernelPlan) -> tuple[ll.Module, KernelLayout]:
+    """The plan's LLVM module and the argument layout its entry expects."""
+    lowering = Lowering(plan)
+    return lowering.run(), lowering.layout
