@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from . import ir, ranges, syntax
+from . import ir, lint, ranges, syntax
 from .builtins import BUILTINS
 from .dtypes import ScalarType, match_types
 from .errors import SemanticError, Source, Span, TensorLangWarning, located_warning_text
@@ -212,8 +212,12 @@ class _DefChecker:
             )
         rhs = self.convert_to_target(st, rhs)
         where = self.where_ranges(st, scope)
-        ranges_ = self.infer_ranges(st, scope, lhs, where, [rhs, *exists])
-        return self.lower(st, rhs, scope, lhs, where, ranges_)
+        inference = self.infer_ranges(st, scope, lhs, where, [rhs, *exists])
+        for narrowing in inference.narrowings:
+            self.warn(lint.narrowing(narrowing, name))
+        for finding in lint.separate_reductions([rhs, *exists], tuple(lhs), tuple(scope.reduction_indices)):
+            self.warn(finding)
+        return self.lower(st, rhs, scope, lhs, where, inference.ranges)
 
     def convert_to_target(self, st: syntax.Statement, rhs: ir.Expr) -> ir.Expr:
         name = st.tensor.name
@@ -244,21 +248,23 @@ class _DefChecker:
                 )
             if var in where:
                 raise SemanticError(f"{var} already has a range in this statement", clause.var.span)
-            lo = ranges.bound_to_sympy(clause.lo, set(self.sizes), tensor_names)
-            hi = ranges.bound_to_sympy(clause.hi, set(self.sizes), tensor_names)
+            lo = where_bound(clause.lo, set(self.sizes), tensor_names)
+            hi = where_bound(clause.hi, set(self.sizes), tensor_names)
             where[var] = (lo, hi)
         return where
 
     def shape_of(self, tensor: str) -> tuple[sympy.Expr, ...]:
         return (self.inputs.get(tensor) or self.written[tensor]).shape
 
-    def infer_ranges(self, st, scope, lhs, where, expressions):
+    def infer_ranges(self, st, scope, lhs, where, expressions) -> ranges.Inference:
         variables = set(lhs) | set(scope.reduction_indices)
         constraints = []
         for expr in expressions:
-            for read in ranges.accesses_of(expr):
+            for read, guard in ranges.guarded_accesses(expr, variables):
+                shape = self.shape_of(read.tensor)
+                span = lint.read_span(read)
                 constraints += ranges.access_constraints(
-                    read.tensor, read.indices, self.shape_of(read.tensor), variables
+                    read.tensor, read.indices, shape, variables, guard, span
                 )
         name = st.tensor.name
         if name in self.written:
@@ -321,6 +327,54 @@ class _DefChecker:
             f"function, consider using the !-suffixed reduction operator {st.op}! instead of {st.op} "
             f"(tensorlang starts {name} from zeros unless out= provides the buffer)"
         )
-        text = located_warning_text(message, st.tensor.span) if st.tensor.span is not None else message
+        self.warn(lint.Finding(message, st.tensor.span))
+
+    def warn(self, finding: lint.Finding) -> None:
+        """Record a located warning on the Program and issue it through Python's warnings."""
+        span = finding.span
+        text = located_warning_text(finding.message, span) if span is not None else finding.message
         self.warnings.append(text)
-        warnings.warn(text, TensorLangWarning, stacklevel=4)
+        warnings.warn(text, TensorLangWarning, stacklevel=5)
+
+
+# ---------------------------------------------------------------- where-range bounds
+
+
+def where_bound(expr: syntax.Expression, sizes: set[str], tensors: set[str]) -> sympy.Expr:
+    """A range bound as a sympy expression: integer literals and sizes under + - * / % min max."""
+    match expr:
+        case syntax.Number(text=text):
+            if syntax.Number(text=text).is_float:
+                raise SemanticError(" expected integral type but found float in a range bound", expr.span)
+            if len(text.lstrip("0")) > 10:
+                raise SemanticError(f"integer literal {text[:20]} does not fit in int32", expr.span)
+            return sympy.Integer(int(text))
+        case syntax.Name(name=name) | syntax.Apply(name=name):
+            if name in tensors:
+                raise SemanticError(
+                    "tensor accesses cannot be used in this context (a range bound)", expr.span
+                )
+            if isinstance(expr, syntax.Name) and name in sizes:
+                return ir.size_symbol(name)
+            raise SemanticError(
+                f"undefined variable {name} used here. A range bound may only use sizes and integer constants",
+                expr.span,
+            )
+        case syntax.UnaryOp(op="-", operand=operand):
+            return -where_bound(operand, sizes, tensors)
+        case syntax.CastExpr(type_name=t, operand=operand) if t.startswith(("int", "uint")):
+            return where_bound(operand, sizes, tensors)
+        case syntax.BinaryOp(op=op, lhs=a, rhs=b) if op in ("+", "-", "*", "/", "%", "min", "max"):
+            x, y = where_bound(a, sizes, tensors), where_bound(b, sizes, tensors)
+            if op in ("/", "%") and y == 0:
+                raise SemanticError("division by zero in a range bound", expr.span)
+            return {
+                "+": lambda: x + y,
+                "-": lambda: x - y,
+                "*": lambda: x * y,
+                "/": lambda: sympy.floor(x / y),
+                "%": lambda: sympy.Mod(x, y),
+                "min": lambda: sympy.Min(x, y),
+                "max": lambda: sympy.Max(x, y),
+            }[op]()
+    raise SemanticError("this expression cannot be used as a range bound", expr.span)

@@ -5,17 +5,56 @@ Every affine subscript `e` of dimension d of tensor T gives the constraint 0 <= 
 round then solves every variable that is the only unsolved one in some constraint, eliminating
 the solved ones "for all values in their ranges" (interval arithmetic) and intersecting the
 bounds of several constraints with Min/Max. Ranges are half-open sympy intervals [lo, hi).
+
+Guarded reads. TC lets a read under `?:`, `&&` or `||` narrow every index as if it always ran,
+so a same-padding convolution sums only its centre tap. tensorlang drops each half (`0 <= e`,
+`e < extent`) of a guarded read's subscript constraint from the inference of the reduction
+indices when one affine conjunct of the guard implies it (compared exactly with sympy): the read
+runs only where that half holds anyway. Left-hand-side indices keep TC's rule, so no output size
+changes for a program TC accepts. Where a guarded read still narrows an index below what the
+other accesses allow (an LHS index, or a guard that does not imply the bound), the narrowing
+stays and is reported as a `Narrowing` (a located warning). "Guarded" here means that some part
+of the guard uses only indices of that subscript (`(X(i) > 0) ? A(i, k) * B(k)` says nothing
+about k, so A and B narrow k quietly, as unguarded reads would). An index that only such
+constraints bound keeps them silently (nothing wider was possible), also when dropping the
+implied halves would leave it unbounded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import sympy
 from sympy.core.parameters import distribute
 
-from . import ir, syntax
+from . import ir
 from .errors import SemanticError, Span
+
+Range = tuple[sympy.Expr, sympy.Expr]
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What holds where a read runs, from the `?:`, `&&` and `||` conditions that decide whether it
+    runs: `facts` are affine expressions known to be >= 0 there (a sound subset of the conditions);
+    `vague` are the index variables of each part that gives no fact (a non-affine comparison, `!=`,
+    a disjunction), which may still be meant to keep a read in bounds."""
+
+    facts: tuple[sympy.Expr, ...] = ()
+    vague: tuple[frozenset[str], ...] = ()
+
+    def also(self, cond: ir.Expr, holds: bool, variables: set[str]) -> Guard:
+        facts, vague = _facts(cond, holds, variables)
+        return Guard(self.facts + tuple(facts), self.vague + tuple(vague))
+
+    def is_about(self, coeffs: tuple[tuple[str, int], ...]) -> bool:
+        """Whether the guard speaks of a subscript with these index coefficients: some part of it
+        uses only indices of the subscript (`h + kh - 1 >= 0` or `h >= 1` of `h + kh - 1`, but
+        not of `kh`, which the same guard may surround in a padded convolution)."""
+        names = {n for n, _ in coeffs}
+        parts = [_index_names(f) for f in self.facts] + [set(v) for v in self.vague]
+        return any(part and part <= names for part in parts)
 
 
 @dataclass(frozen=True)
@@ -26,14 +65,48 @@ class Constraint:
     offset: sympy.Expr
     extent: sympy.Expr
     access: str  # how the access reads in messages, e.g. "I(10 + i - j, i + j)"
+    under_guard: bool = False  # a condition deciding whether the access runs speaks of this subscript
+    implied: tuple[bool, bool] = (False, False)  # that guard implies (0 <= e, e < extent)
+    halves: tuple[bool, bool] = (True, True)  # which of the two take part in inference
+    span: Span | None = None
 
     @property
     def variables(self) -> set[str]:
         return {v for v, _ in self.coeffs}
 
 
+@dataclass(frozen=True)
+class Narrowing:
+    """An index range a guarded read narrowed below what the other accesses allow."""
+
+    var: str
+    on_lhs: bool
+    range: Range
+    allowed: Range
+    access: str
+    span: Span | None
+
+
+@dataclass(frozen=True)
+class Inference:
+    """The ranges of one statement's indices and the narrowings to report."""
+
+    ranges: dict[str, Range]
+    narrowings: tuple[Narrowing, ...]
+
+
+def index_symbol(name: str) -> sympy.Symbol:
+    """The sympy symbol of an index variable (any integer), distinct from the size symbols."""
+    return sympy.Symbol(name, integer=True)
+
+
 def access_constraints(
-    tensor: str, subscripts: tuple[ir.Expr, ...], shape: tuple[sympy.Expr, ...], variables: set[str]
+    tensor: str,
+    subscripts: tuple[ir.Expr, ...],
+    shape: tuple[sympy.Expr, ...],
+    variables: set[str],
+    guard: Guard = Guard(),
+    span: Span | None = None,
 ) -> list[Constraint]:
     """The constraints of one access; subscripts that are not affine (gathers, `%`) give none."""
     forms = [ir.affine_form(s) for s in subscripts]
@@ -48,7 +121,11 @@ def access_constraints(
         offset = sympy.Integer(form.constant) + sum(
             (c * ir.size_symbol(n) for n, c in form.coeffs if n not in variables), sympy.Integer(0)
         )
-        constraints.append(Constraint(coeffs, offset, extent, text))
+        value = offset + sum((c * index_symbol(n) for n, c in coeffs), sympy.Integer(0))
+        implied = (_implied(value, guard.facts), _implied(extent - 1 - value, guard.facts))
+        constraints.append(
+            Constraint(coeffs, offset, extent, text, guard.is_about(coeffs), implied, span=span)
+        )
     return constraints
 
 
@@ -56,9 +133,70 @@ def _affine_sympy(form: ir.AffineForm) -> sympy.Expr:
     return sum((c * sympy.Symbol(n) for n, c in form.coeffs), sympy.Integer(form.constant))
 
 
-def accesses_of(expr: ir.Expr) -> list[ir.Read]:
-    """Every tensor read in `expr` that has subscripts, including reads nested in subscripts."""
-    return [e for e in ir.walk(expr) if isinstance(e, ir.Read) and e.indices]
+def _implied(target: sympy.Expr, facts: tuple[sympy.Expr, ...]) -> bool:
+    """Whether `target >= 0` follows from one fact `f >= 0`: target - f is provably >= 0 for all
+    sizes (the index terms must cancel exactly, as in `h + kh - 1` against `h + kh >= 1`)."""
+    return any(sympy.expand(target - fact).is_nonnegative is True for fact in facts)
+
+
+def guarded_accesses(expr: ir.Expr, variables: set[str]) -> list[tuple[ir.Read, Guard]]:
+    """Every tensor read in `expr` with subscripts, with the guard under which it runs (as in
+    polyhedral/accesses.py: the branches of `?:` and the right operand of `&&` / `||`)."""
+    out: list[tuple[ir.Read, Guard]] = []
+
+    def visit(e: ir.Expr, guard: Guard) -> None:
+        match e:
+            case ir.Read(indices=indices):
+                if indices:
+                    out.append((e, guard))
+                for index in indices:
+                    visit(index, guard)
+            case ir.Select(cond=c, if_true=t, if_false=f):
+                visit(c, guard)
+                visit(t, guard.also(c, True, variables))
+                visit(f, guard.also(c, False, variables))
+            case ir.Binary(op="&&" | "||", lhs=a, rhs=b):
+                visit(a, guard)
+                visit(b, guard.also(a, e.op == "&&", variables))
+            case _:
+                for child in ir.children(e):
+                    visit(child, guard)
+
+    visit(expr, Guard())
+    return out
+
+
+_NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+
+def _facts(cond: ir.Expr, holds: bool, variables: set[str]) -> tuple[list[sympy.Expr], list[frozenset[str]]]:
+    """Affine expressions that are >= 0 wherever `cond` evaluates to `holds`, and the index
+    variables of each part that gives none."""
+    match cond:
+        case ir.Unary(op="!", operand=o):
+            return _facts(o, not holds, variables)
+        case ir.Binary(op="&&" | "||", lhs=a, rhs=b) if (cond.op == "&&") == holds:
+            (fa, va), (fb, vb) = _facts(a, holds, variables), _facts(b, holds, variables)
+            return fa + fb, va + vb  # a conjunction: both sides hold
+        case ir.Binary(op=op, lhs=a, rhs=b) if op in _NEGATED and a.dtype.is_signed:
+            x, y = _affine_value(a, variables), _affine_value(b, variables)
+            op = op if holds else _NEGATED[op]
+            if x is not None and y is not None and op != "!=":
+                d = x - y  # integers: a > b is a - b - 1 >= 0
+                return {">=": [d], ">": [d - 1], "<=": [-d], "<": [-d - 1], "==": [d, -d]}[op], []
+    return [], [frozenset(n.name for n in ir.walk(cond) if isinstance(n, ir.IndexRef))]
+
+
+def _index_names(expr: sympy.Expr) -> set[str]:
+    return {s.name for s in expr.free_symbols if s == index_symbol(s.name)}
+
+
+def _affine_value(expr: ir.Expr, variables: set[str]) -> sympy.Expr | None:
+    form = ir.affine_form(expr)
+    if form is None:
+        return None
+    symbol = {n: index_symbol(n) if n in variables else ir.size_symbol(n) for n, _ in form.coeffs}
+    return sum((c * symbol[n] for n, c in form.coeffs), sympy.Integer(form.constant))
 
 
 def infer(
@@ -66,28 +204,91 @@ def infer(
     tensor: str,
     lhs: tuple[tuple[str, Span | None], ...],
     reduction: tuple[tuple[str, Span | None], ...],
-    where: dict[str, tuple[sympy.Expr, sympy.Expr]],
+    where: dict[str, Range],
     constraints: list[Constraint],
     statement_span: Span | None,
-) -> dict[str, tuple[sympy.Expr, sympy.Expr]]:
+) -> Inference:
     """The range [lo, hi) of every LHS and reduction index of one statement writing `tensor`."""
     variables = [name for name, _ in lhs + reduction]
-    solved = {v: where[v] for v in variables if v in where}
+    on_lhs = {name for name, _ in lhs}
+    reductions = [v for v in variables if v not in on_lhs]
+    tc = _rounds(variables, {v: where[v] for v in variables if v in where}, constraints)
+    unsolved = [v for v in variables if v not in tc]
+    if unsolved:
+        _report_unsolved(tensor, unsolved, dict(lhs), dict(reduction), constraints, statement_span)
+    # Reduction indices are solved again with the LHS ranges TC gives (so output sizes stay TC's).
+    fixed = {v: tc[v] for v in on_lhs} | {v: where[v] for v in reductions if v in where}
+    chosen = dict(tc)
+    kept = [dataclasses.replace(c, halves=(not c.implied[0], not c.implied[1])) for c in constraints]
+    kept = [c for c in kept if any(c.halves)]
+    if any(any(c.implied) for c in constraints):
+        for var, new in _rounds_with_fallback(reductions, fixed, kept, tc).items():
+            if not _same(new, tc[var]):
+                chosen[var] = new
+    others = [c for c in constraints if not c.under_guard]
+    if len(others) == len(constraints):
+        return Inference(chosen, ())
+    allowed = _rounds(variables, {v: where[v] for v in variables if v in where}, others)
+    allowed |= {v: r for v, r in _rounds(reductions, fixed, others).items() if v in reductions}
+    narrowings = []
+    for var in variables:
+        if var in allowed and not _same(chosen[var], allowed[var]):
+            used = constraints if var in on_lhs else kept
+            culprit = _culprit(var, variables, where, fixed if var not in on_lhs else {}, used, others)
+            narrowings.append(Narrowing(var, var in on_lhs, chosen[var], allowed[var], *culprit))
+    return Inference(chosen, tuple(narrowings))
+
+
+def _rounds(
+    variables: list[str], solved: dict[str, Range], constraints: list[Constraint]
+) -> dict[str, Range]:
+    """TC's rounds from the `solved` ranges; variables no constraint bounds stay missing."""
+    solved = dict(solved)
     while True:
         round_result = {}
         for var in variables:
             if var in solved:
                 continue
             bounds = [_solve(c, var, solved) for c in constraints if c.variables - solved.keys() == {var}]
-            if bounds:
-                round_result[var] = (sympy.Max(*(b[0] for b in bounds)), sympy.Min(*(b[1] for b in bounds)))
+            lows, highs = (
+                [b[0] for b in bounds if b[0] is not None],
+                [b[1] for b in bounds if b[1] is not None],
+            )
+            if lows and highs:
+                round_result[var] = (sympy.Max(*lows), sympy.Min(*highs))
         if not round_result:
-            break
+            return solved
         solved.update(round_result)
-    unsolved = [v for v in variables if v not in solved]
-    if unsolved:
-        _report_unsolved(tensor, unsolved, dict(lhs), dict(reduction), constraints, statement_span)
-    return solved
+
+
+def _rounds_with_fallback(
+    variables: list[str], fixed: dict[str, Range], constraints: list[Constraint], tc: dict[str, Range]
+) -> dict[str, Range]:
+    """Rounds over `constraints`; a variable they leave unbounded takes its TC range, one at a time."""
+    fixed = dict(fixed)
+    while True:
+        solved = _rounds(variables, fixed, constraints)
+        missing = [v for v in variables if v not in solved]
+        if not missing:
+            return {v: solved[v] for v in variables}
+        fixed[missing[0]] = tc[missing[0]]
+
+
+def _culprit(var, variables, where, fixed, used, others) -> tuple[str, Span | None]:
+    """The first guarded access that alone narrows `var` below the other accesses' range."""
+    start = {v: where[v] for v in variables if v in where} | fixed
+    base = _rounds(variables, start, others).get(var)
+    guarded = [c for c in used if c.under_guard]
+    for access in dict.fromkeys(c.access for c in guarded):
+        alone = _rounds(variables, start, others + [c for c in guarded if c.access == access])
+        if base is not None and var in alone and not _same(alone[var], base):
+            return access, next(c.span for c in guarded if c.access == access)
+    mentioning = [c for c in guarded if var in c.variables] or guarded
+    return mentioning[0].access, mentioning[0].span
+
+
+def _same(a: Range, b: Range) -> bool:
+    return all(x == y or sympy.simplify(x - y) == 0 for x, y in zip(a, b))
 
 
 def check_nonempty(var: str, lo: sympy.Expr, hi: sympy.Expr, span: Span | None) -> None:
@@ -97,8 +298,9 @@ def check_nonempty(var: str, lo: sympy.Expr, hi: sympy.Expr, span: Span | None) 
         raise SemanticError(f"Inferred an empty range for variable {var}: {lo}:{hi}", span)
 
 
-def _solve(c: Constraint, var: str, solved: dict) -> tuple[sympy.Expr, sympy.Expr]:
-    """Bounds of `var` from c, for all values of the other (solved) variables in their ranges."""
+def _solve(c: Constraint, var: str, solved: dict) -> tuple[sympy.Expr | None, sympy.Expr | None]:
+    """Bounds of `var` from c, for all values of the other (solved) variables in their ranges;
+    None for a bound that comes from a half of c that takes no part."""
     rest_min = rest_max = c.offset
     coeff = 0
     for name, k in c.coeffs:
@@ -117,9 +319,12 @@ def _solve(c: Constraint, var: str, solved: dict) -> tuple[sympy.Expr, sympy.Exp
     else:
         k = sympy.Integer(-coeff)
         lo_num, hi_num = rest_max - c.extent + 1, rest_min + k
+    # With a negative coefficient the lower half 0 <= e bounds var from above, and vice versa.
+    lo_active, hi_active = c.halves if coeff > 0 else c.halves[::-1]
     # distribute(False) keeps `floor((M + 4)/5)` from becoming `floor(M/5 + 4/5)` (same value, uglier).
     with distribute(False):
-        return sympy.ceiling(lo_num / k), sympy.floor(hi_num / k)
+        lo, hi = sympy.ceiling(lo_num / k), sympy.floor(hi_num / k)
+    return lo if lo_active else None, hi if hi_active else None
 
 
 def _report_unsolved(tensor, unsolved, lhs_spans, reduction_spans, constraints, statement_span):
@@ -181,46 +386,3 @@ def check_within(tensor: str, var: str, lo, hi, extent, span: Span | None) -> No
         raise SemanticError(
             f"index {var} ranges over {lo}:{hi}, outside {tensor}'s dimension of extent {extent}", span
         )
-
-
-# ---------------------------------------------------------------- where-range bounds
-
-
-def bound_to_sympy(expr: syntax.Expression, sizes: set[str], tensors: set[str]) -> sympy.Expr:
-    """A range bound as a sympy expression: integer literals and sizes under + - * / % min max."""
-    match expr:
-        case syntax.Number(text=text):
-            if syntax.Number(text=text).is_float:
-                raise SemanticError(" expected integral type but found float in a range bound", expr.span)
-            if len(text.lstrip("0")) > 10:
-                raise SemanticError(f"integer literal {text[:20]} does not fit in int32", expr.span)
-            return sympy.Integer(int(text))
-        case syntax.Name(name=name) | syntax.Apply(name=name):
-            if name in tensors:
-                raise SemanticError(
-                    "tensor accesses cannot be used in this context (a range bound)", expr.span
-                )
-            if isinstance(expr, syntax.Name) and name in sizes:
-                return ir.size_symbol(name)
-            raise SemanticError(
-                f"undefined variable {name} used here. A range bound may only use sizes and integer constants",
-                expr.span,
-            )
-        case syntax.UnaryOp(op="-", operand=operand):
-            return -bound_to_sympy(operand, sizes, tensors)
-        case syntax.CastExpr(type_name=t, operand=operand) if t.startswith(("int", "uint")):
-            return bound_to_sympy(operand, sizes, tensors)
-        case syntax.BinaryOp(op=op, lhs=a, rhs=b) if op in ("+", "-", "*", "/", "%", "min", "max"):
-            x, y = bound_to_sympy(a, sizes, tensors), bound_to_sympy(b, sizes, tensors)
-            if op in ("/", "%") and y == 0:
-                raise SemanticError("division by zero in a range bound", expr.span)
-            return {
-                "+": lambda: x + y,
-                "-": lambda: x - y,
-                "*": lambda: x * y,
-                "/": lambda: sympy.floor(x / y),
-                "%": lambda: sympy.Mod(x, y),
-                "min": lambda: sympy.Min(x, y),
-                "max": lambda: sympy.Max(x, y),
-            }[op]()
-    raise SemanticError("this expression cannot be used as a range bound", expr.span)
