@@ -4,25 +4,49 @@ The JIT-compiled entry runs one phase at a time, optionally restricted to iterat
 the phase's parallel outer loop. ctypes releases the GIL for the call, so a plain Python thread
 pool runs chunks on all cores. Phases with little work run serially: a dispatch costs tens of
 microseconds.
+
+Interrupts: no call outlives its memory. Every call that puts work on pool threads has a cancel
+word that the generated code polls once per iteration of each phase's outermost loop (and the GEMM
+body once per macro block); it returns ERROR_CANCELLED when the word is set. When the waiting
+thread is interrupted (KeyboardInterrupt, or any exception a signal handler raises), it sets the
+word, waits until no worker runs the call any more (a second interrupt does not cut that wait
+short), gives the workspaces back, and only then re-raises. ctypes calls cannot be interrupted on
+the calling thread, so a long serial call from the main thread runs on a pool thread too, while
+the main thread waits in short, interruptible steps.
+
+Fork: the pool's threads do not survive fork(); a forked child starts with no pool and fresh locks
+(`os.register_at_fork`), so kernels work in children of the `fork`, `spawn` and `forkserver`
+start methods alike.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
+from .lowering.abi import ERROR_CANCELLED
 from .planning.plan import PhasePlan
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
 # costs some 50 µs; a quarter million simple instances take about as long as a few dispatches)
 MIN_PARALLEL_WORK = 1 << 18
+# statement instances of a whole call from which a serial call runs on a pool thread, so that the
+# main thread stays interruptible (some milliseconds of work; the hand-over costs tens of µs)
+WATCHED_WORK = 1 << 22
+POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal handlers
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
+_serial_pool: ThreadPoolExecutor | None = None  # long serial calls of the main thread
+_NEVER = np.zeros(1, dtype=np.int32)  # the cancel word of calls that run on the calling thread alone
+_NEVER_ADDRESS = _NEVER.ctypes.data
 
 
 def _executor(threads: int) -> ThreadPoolExecutor:
@@ -34,6 +58,39 @@ def _executor(threads: int) -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tensorlang")
             _pool_size = threads
         return _pool
+
+
+def _serial_executor() -> ThreadPoolExecutor:
+    """Threads for long serial calls: started on demand, as many as calls run at once (bounded)."""
+    global _serial_pool
+    with _pool_lock:
+        if _serial_pool is None:
+            workers = max(32, 4 * (os.cpu_count() or 1))
+            _serial_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tensorlang-serial")
+        return _serial_pool
+
+
+# objects with locks (kernels, workspaces) that a forked child must not inherit held
+_fork_renewed: weakref.WeakSet = weakref.WeakSet()
+
+
+def renew_after_fork(obj) -> None:
+    """Call `obj.after_fork()` in a forked child (it recreates the object's locks)."""
+    _fork_renewed.add(obj)
+
+
+def _after_fork_in_child() -> None:
+    """The pools' threads do not exist in a forked child, and a lock another thread held at fork
+    time stays held forever: start with no pools and fresh locks."""
+    global _pool, _pool_size, _pool_lock, _serial_pool
+    _pool, _pool_size, _serial_pool = None, 0, None
+    _pool_lock = threading.Lock()
+    for obj in list(_fork_renewed):
+        obj.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def chunks(loop_range: tuple[int, int, int], parts: int) -> list[tuple[int, int]]:
@@ -54,6 +111,10 @@ class Workspaces:
         self.nbytes = nbytes
         self._idle: list[tuple[np.ndarray, int]] = []  # (buffer, aligned address)
         self._lock = threading.Lock()
+        renew_after_fork(self)
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def lease(self, count: int) -> list[tuple[np.ndarray, int]]:
         if self.nbytes == 0:
@@ -72,6 +133,61 @@ class Workspaces:
             self._idle.extend(leased)
 
 
+class _Watch:
+    """One call's work on pool threads and the cancel word its generated code polls.
+
+    A piece enters the kernel only while the word is clear, and is counted while inside, so that
+    `stop()` knows when no thread touches the call's memory any more — also for pieces that were
+    submitted but had not started, or whose future the interrupted thread never got hold of."""
+
+    def __init__(self):
+        self.word = np.zeros(1, dtype=np.int32)
+        self.address = self.word.ctypes.data
+        self._cond = threading.Condition(threading.Lock())
+        self._inside = 0
+
+    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple) -> Future:
+        return executor.submit(self._run, entry, args)
+
+    def _run(self, entry, args: tuple) -> int:
+        with self._cond:
+            if self.word[0]:
+                return ERROR_CANCELLED
+            self._inside += 1
+        try:
+            return entry(*args)
+        finally:
+            with self._cond:
+                self._inside -= 1
+                if self._inside == 0:
+                    self._cond.notify_all()
+
+    def results(self, futures: list[Future]) -> list[int]:
+        """The pieces' return codes, waiting in short steps that signal handlers can interrupt."""
+        codes = []
+        for f in futures:
+            while True:
+                try:
+                    codes.append(f.result(timeout=POLL_S))
+                    break
+                except FutureTimeout:
+                    continue
+        return codes
+
+    def stop(self) -> None:
+        """Set the cancel word and wait until no piece is inside the kernel. Further interrupts
+        (Ctrl-C pressed again) are swallowed: returning earlier would free memory still in use."""
+        while True:
+            try:
+                self.word[0] = 1
+                with self._cond:
+                    while self._inside:
+                        self._cond.wait(POLL_S)
+                return
+            except BaseException:  # noqa: BLE001 — a second interrupt: keep waiting
+                continue
+
+
 def run_phases(
     entry, buffers_for, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
 ) -> tuple[int, np.ndarray]:
@@ -79,6 +195,13 @@ def run_phases(
 
     `buffers_for(workspace)` gives the address of the tensor pointer array a thread with that
     workspace uses (contracted temporaries point into the thread's own workspace).
+    `entry(buffers, params, error, phase, lo, hi, workspace, cancel)` is the kernel's entry.
+
+    An interrupt while worker threads run the call (KeyboardInterrupt) stops them through the
+    cancel word and propagates only once none of them runs any more. Memory then: arrays the
+    call allocated are dropped; a caller's `out=` array that the kernel writes in place may hold
+    a partial result (some elements old, some new); nothing else is touched after the exception
+    propagates.
     """
     leased = workspaces.lease(1)
     try:
@@ -98,26 +221,48 @@ def _run_phases(
 ) -> tuple[int, np.ndarray]:
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
+    # a long call from the main thread (the one signals reach) keeps that thread out of the kernel
+    watched = (
+        sum(p.work for p in plans) >= WATCHED_WORK and threading.current_thread() is threading.main_thread()
+    )
+    watch: _Watch | None = None
     for plan in plans:
         pieces = []
         if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
             pieces = chunks(plan.loop_range, threads)
-        if len(pieces) <= 1:
+        if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
-            code = entry(buffers_for(ws), params, error_ptr, plan.index, INT64_MIN, INT64_MAX, ws)
+            cancel = watch.address if watch is not None else _NEVER_ADDRESS
+            code = entry(buffers_for(ws), params, error_ptr, plan.index, INT64_MIN, INT64_MAX, ws, cancel)
             if code:
                 return code, error
             continue
-        errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
-        pool = _executor(threads)
-        if len(leased) < len(pieces):  # this call's workspaces: one per piece, kept until it ends
-            leased.extend(workspaces.lease(len(pieces) - len(leased)))
-        futures = [
-            pool.submit(entry, buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws)
-            for err, (lo, hi), (_, ws) in zip(errors, pieces, leased)
-        ]
-        codes = [f.result() for f in futures]
-        for code, err in zip(codes, errors):
+        if watch is None:
+            watch = _Watch()
+        if len(pieces) <= 1:
+            ws = leased[0][1]
+            calls = [(error, INT64_MIN, INT64_MAX, ws)]
+            pool = _serial_executor()
+        else:
+            if len(leased) < len(pieces):  # this call's workspaces: one per piece, kept until it ends
+                leased.extend(workspaces.lease(len(pieces) - len(leased)))
+            errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
+            calls = [(err, lo, hi, ws) for err, (lo, hi), (_, ws) in zip(errors, pieces, leased)]
+            pool = _executor(threads)
+        try:
+            futures = [
+                watch.submit(
+                    pool,
+                    entry,
+                    (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
+                )
+                for err, lo, hi, ws in calls
+            ]
+            codes = watch.results(futures)
+        except BaseException:
+            watch.stop()
+            raise
+        for code, (err, *_) in zip(codes, calls):
             if code:
                 return code, err
     return 0, error

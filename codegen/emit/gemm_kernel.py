@@ -22,6 +22,7 @@ from .gemm_pack import (
 from .values import I1, I8, I32, I64
 
 I8P = I8.as_pointer()
+I32P = I32.as_pointer()
 
 _TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8, "f64")}
 
@@ -29,6 +30,30 @@ _TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8,
 def gemm_symbol(dtype: str) -> str:
     """The name of the GEMM function for `dtype`: tl_gemm_f32 or tl_gemm_f64."""
     return f"tl_gemm_{_TYPES[dtype][2]}"
+
+
+def cancellable_gemm_symbol(dtype: str) -> str:
+    """The GEMM that kernels call: tl_gemm_<f32|f64>_cancellable, with a trailing `i32* cancel`."""
+    return f"{gemm_symbol(dtype)}_cancellable"
+
+
+def _gemm_params(t: ir.Type) -> list[ir.Type]:
+    tp = t.as_pointer()
+    return [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P]
+
+
+def _stop_if_cancelled(b: ir.IRBuilder, cancel) -> None:
+    """Return (void) if `cancel` is not null and the word it points to is set (a relaxed atomic load)."""
+    stop = b.append_basic_block("cancelled")
+    check = b.append_basic_block("check.cancel")
+    cont = b.append_basic_block("running")
+    b.cbranch(b.icmp_unsigned("==", cancel, ir.Constant(I32P, None)), cont, check)
+    b.position_at_end(check)
+    flag = b.load_atomic(cancel, "monotonic", 4)
+    b.cbranch(b.icmp_unsigned("!=", flag, ir.Constant(I32, 0)), stop, cont).set_weights([1, 1 << 20])
+    b.position_at_end(stop)
+    b.ret_void()
+    b.position_at_end(cont)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,7 +199,10 @@ def _define_microkernel(
 
 def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) -> ir.Function:
     """Define (once per module) `void tl_gemm_<f32|f64>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs,
-    c_cs, workspace)`: C[m,n] += Σ_k A[m,k]·B[k,n], strides in elements, workspace of workspace_bytes()."""
+    c_cs, workspace)`: C[m,n] += Σ_k A[m,k]·B[k,n], strides in elements, workspace of workspace_bytes(),
+    and the same with a trailing `i32* cancel` (cancellable_gemm_symbol), which returns early once
+    the word is set: it is polled before each packed KC×NC panel of B and each MC block of A. The
+    first is the stand-alone entry (tests, benchmarks); kernels call the second."""
     t, size, _ = _TYPES[dtype]
     name = gemm_symbol(dtype)
     if name in module.globals:
@@ -184,17 +212,22 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
     ukernel = _define_microkernel(module, f"{name}.ukernel", t, size, cfg)
     pack_a = define_pack_a(module, f"{name}.pack_a", t, size, cfg)
     pack_b = define_pack_b(module, f"{name}.pack_b", t, size, cfg)
+    names = ["M", "N", "K", "A", "a_rs", "a_cs", "B", "b_rs", "b_cs", "C", "c_rs", "c_cs", "ws"]
     fn = define_function(
         module,
-        name,
+        cancellable_gemm_symbol(dtype),
         ir.VoidType(),
-        [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P],
-        ["M", "N", "K", "A", "a_rs", "a_cs", "B", "b_rs", "b_cs", "C", "c_rs", "c_cs", "ws"],
+        _gemm_params(t) + [I32P],
+        names + ["cancel"],
         linkage="external",
     )
     fn.args[9].add_attribute("noalias")
     fn.args[12].add_attribute("noalias")
-    M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, ws = fn.args
+    M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, ws, cancel = fn.args
+    plain = define_function(module, name, ir.VoidType(), _gemm_params(t), names, linkage="external")
+    pb = ir.IRBuilder(plain.append_basic_block("entry"))
+    pb.call(fn, [*plain.args, ir.Constant(I32P, None)])
+    pb.ret_void()
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     # A column-major C is computed as Cᵀ += Bᵀ·Aᵀ so that its unit stride runs along the vectors
     swap = b.and_(b.icmp_signed("!=", c_cs, c64(1)), b.icmp_signed("==", c_rs, c64(1)))
@@ -214,10 +247,12 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
         nc = imin(b, c64(cfg.nc), b.sub(N, jc))
         with loop(b, 0, K, cfg.kc, name="pc") as pc:
             kc = imin(b, c64(cfg.kc), b.sub(K, pc))
+            _stop_if_cancelled(b, cancel)
             bsrc = gep(b, B, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
             b.call(pack_b, [kc, nc, bsrc, b_rs, b_cs, bp])
             with loop(b, 0, M, cfg.mc, name="ic") as ic:
                 mc = imin(b, c64(cfg.mc), b.sub(M, ic))
+                _stop_if_cancelled(b, cancel)
                 asrc = gep(b, A, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
                 b.call(pack_a, [mc, kc, asrc, a_rs, a_cs, ap])
                 cblk = gep(b, C, b.add(b.mul(ic, c_rs), b.mul(jc, c_cs)))
@@ -231,15 +266,15 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
                         ctile = gep(b, ccol, b.mul(i, c_rs))
                         b.call(ukernel, [kc, astrip, bpanel, ctile, c_rs, c_cs, m, n])
     b.ret_void()
-    return fn
+    return plain
 
 
 def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
-    """Declare tl_gemm_<dtype> in `module`; its body is the process-wide `lowering.gemm_jit.shared_gemm(dtype)`."""
+    """Declare tl_gemm_<dtype>_cancellable in `module`; its body is the process-wide
+    `lowering.gemm_jit.shared_gemm(dtype)`."""
     t = _TYPES[dtype][0]
-    name = gemm_symbol(dtype)
+    name = cancellable_gemm_symbol(dtype)
     if name in module.globals:
         return module.globals[name]
-    tp = t.as_pointer()
-    ty = ir.FunctionType(ir.VoidType(), [I64, I64, I64, tp, I64, I64, tp, I64, I64, tp, I64, I64, I8P])
+    ty = ir.FunctionType(ir.VoidType(), _gemm_params(t) + [I32P])
     return ir.Function(module, ty, name)

@@ -1,10 +1,12 @@
 """lowering: KernelLayout → the kernel's ABI: tl_phase<n> functions, the tl_kernel entry, the error record.
 
-`tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi, i8* workspace) -> i32`
-unpacks its arguments and calls `tl_phase<phase>`, whose tensor pointers are `noalias`. Parameters
-are the isl parameters followed by every tensor dimension; when the code is specialised to concrete
-sizes they are compile-time constants instead. A non-zero return code reports a run-time error whose
-details are in `error[0..3]`.
+`tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi, i8* workspace,
+i32* cancel) -> i32` unpacks its arguments and calls `tl_phase<phase>`, whose tensor pointers are
+`noalias`. Parameters are the isl parameters followed by every tensor dimension; when the code is
+specialised to concrete sizes they are compile-time constants instead. A non-zero return code
+reports a run-time error whose details are in `error[0..3]`, or ERROR_CANCELLED: another thread set
+the call's cancel word, which every phase polls once per iteration of its outermost loops (and the
+GEMM body once per macro block), so that an interrupted call stops within milliseconds.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from tensorlang import ir
 from ..emit import values as V
 from ..planning.plan import Extent, Param
 
+CANCEL = V.I32.as_pointer()  # the call's cancel word: non-zero asks the kernel to stop
 ERROR_INDEX = 1  # error = [code, check id, dim, value]
 ERROR_DIVISION = 2
+ERROR_CANCELLED = 3  # the cancel word was set (an interrupted call); error[] untouched
 
 
 @dataclass(frozen=True)
@@ -40,12 +44,12 @@ def kernel_layout(scop: Scop) -> KernelLayout:
 def declare_phase(
     module: ll.Module, program: ir.Program, layout: KernelLayout, specialised: bool, n: int
 ) -> ll.Function:
-    """A function `tl_phase<n>(tensors..., [params...], error, lo, hi, workspace)` with noalias
-    tensors; the parameters are left out when the code is `specialised` to constant sizes."""
+    """A function `tl_phase<n>(tensors..., [params...], error, lo, hi, workspace, cancel)` with
+    noalias tensors; the parameters are left out when the code is `specialised` to constant sizes."""
     tensor_types = [V.memory_type(program.tensor(t).dtype).as_pointer() for t in layout.tensors]
     param_types = [] if specialised else [V.I64] * len(layout.params)
     ty = ll.FunctionType(
-        V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64, V.I8.as_pointer()]
+        V.I32, tensor_types + param_types + [V.I64.as_pointer(), V.I64, V.I64, V.I8.as_pointer()] + [CANCEL]
     )
     fn = ll.Function(module, ty, f"tl_phase{n}")
     fn.attributes.add("noinline")
@@ -62,14 +66,16 @@ def emit_entry(
     specialised: bool,
     phase_functions: list[ll.Function],
 ) -> None:
-    """tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi) -> i32: unpacks
-    its arguments and calls the phase's function (an unknown phase does nothing)."""
+    """tl_kernel(i8** buffers, i64* params, i64* error, i64 phase, i64 lo, i64 hi, i8* workspace,
+    i32* cancel) -> i32: unpacks its arguments and calls the phase's function (an unknown phase
+    does nothing)."""
     ptr_ty = V.I8.as_pointer()
     ty = ll.FunctionType(
-        V.I32, [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer(), V.I64, V.I64, V.I64, ptr_ty]
+        V.I32,
+        [ptr_ty.as_pointer(), V.I64.as_pointer(), V.I64.as_pointer(), V.I64, V.I64, V.I64, ptr_ty, CANCEL],
     )
     fn = ll.Function(module, ty, "tl_kernel")
-    buffers, params, error, phase, lo, hi, workspace = fn.args
+    buffers, params, error, phase, lo, hi, workspace, cancel = fn.args
     b = ll.IRBuilder(fn.append_basic_block("entry"))
     args = []
     for n in range(len(layout.tensors)):
@@ -78,7 +84,7 @@ def emit_entry(
     if not specialised:
         for n in range(len(layout.params)):
             args.append(b.load(b.gep(params, [ll.Constant(V.I64, n)])))
-    args += [error, lo, hi, workspace]
+    args += [error, lo, hi, workspace, cancel]
     default = fn.append_basic_block("no_such_phase")
     switch = b.switch(phase, default)
     for n, phase_fn in enumerate(phase_functions):
@@ -88,6 +94,19 @@ def emit_entry(
         b.ret(b.call(phase_fn, args))
     b.position_at_end(default)
     b.ret(ll.Constant(V.I32, 0))
+
+
+def poll_cancel(b: ll.IRBuilder, cancel: ll.Value) -> None:
+    """At the current position: return ERROR_CANCELLED if the call's cancel word is set. One
+    relaxed (monotonic) atomic load, a branch predicted not taken."""
+    flag = b.load_atomic(cancel, "monotonic", 4)
+    stop = b.append_basic_block("cancelled")
+    cont = b.append_basic_block("running")
+    branch = b.cbranch(b.icmp_unsigned("!=", flag, ll.Constant(V.I32, 0)), stop, cont)
+    branch.set_weights([1, 1 << 20])
+    b.position_at_end(stop)
+    b.ret(ll.Constant(V.I32, ERROR_CANCELLED))
+    b.position_at_end(cont)
 
 
 # --------------------------------------------------------------------------------------------------

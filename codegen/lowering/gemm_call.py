@@ -10,6 +10,7 @@ from tensorlang.dtypes import ScalarType
 
 from ..emit import values as V
 from ..emit.gemm_kernel import declare_gemm
+from .abi import poll_cancel
 from .state import LoweringState
 
 
@@ -61,6 +62,7 @@ class GemmCallLowering(LoweringState):
                 a_ptr, a_st[plan.m], a_st[plan.k],
                 b_ptr, b_st[plan.k], b_st[plan.n],
                 c_ptr, c_st[plan.m], c_st[plan.n],
-                self.workspace,
+                self.workspace, self.cancel,
             ],
         )  # fmt: skip
+        poll_cancel(b, self.cancel)  # the GEMM returned early: so does the phase

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..emit.gemm_kernel import define_gemm, gemm_symbol
+from ..emit.gemm_kernel import cancellable_gemm_symbol, define_gemm, gemm_symbol
 from ..host import GemmBlocking
 from .jit import _lock, new_target_machine, optimise
 
@@ -23,12 +23,14 @@ def gemm_signature(dtype: str):
 
 @dataclass
 class CompiledGemm:
-    """A JIT-compiled tl_gemm_<dtype>; keep it alive while `fn` is used."""
+    """A JIT-compiled tl_gemm_<dtype>; keep it alive while `fn` is used. `address` is that of
+    `fn`, `cancellable` that of tl_gemm_<dtype>_cancellable (the same with an `i32* cancel`)."""
 
     engine: llvm.ExecutionEngine
     module: llvm.ModuleRef
     fn: ctypes._CFuncPtr
     address: int
+    cancellable: int
 
 
 def compile_gemm(dtype: str, cfg: GemmBlocking | None = None) -> CompiledGemm:
@@ -40,7 +42,8 @@ def compile_gemm(dtype: str, cfg: GemmBlocking | None = None) -> CompiledGemm:
         engine = llvm.create_mcjit_compiler(ref, new_target_machine())
         engine.finalize_object()
         address = engine.get_function_address(fn.name)
-    return CompiledGemm(engine, ref, gemm_signature(dtype)(address), address)
+        cancellable = engine.get_function_address(cancellable_gemm_symbol(dtype))
+    return CompiledGemm(engine, ref, gemm_signature(dtype)(address), address, cancellable)
 
 
 @functools.cache
@@ -49,4 +52,5 @@ def shared_gemm(dtype: str) -> CompiledGemm:
     every kernel calls the same machine code instead of recompiling it (~0.4 s with O3)."""
     compiled = compile_gemm(dtype)
     llvm.add_symbol(gemm_symbol(dtype), compiled.address)
+    llvm.add_symbol(cancellable_gemm_symbol(dtype), compiled.cancellable)
     return compiled

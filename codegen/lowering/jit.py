@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import threading
 from dataclasses import dataclass
 
@@ -14,6 +15,8 @@ from ..host import host_cpu_features, host_cpu_name
 from ..host.cpu import initialise_llvm
 
 _lock = threading.Lock()  # LLVM's JIT and pass managers are not thread-safe
+if hasattr(os, "register_at_fork"):  # a forked child must not inherit it held by another thread
+    os.register_at_fork(after_in_child=_lock._at_fork_reinit)
 
 
 @functools.cache
@@ -61,8 +64,9 @@ class MachineCode:
     optimised_ir: str  # the module as optimised, before machine-code generation rewrote it
 
 
-# tl_kernel(buffers, params, error, phase, lo, hi, workspace); ctypes releases the GIL during the call,
-# so several Python threads can run iterations of a parallel phase at once
+# tl_kernel(buffers, params, error, phase, lo, hi, workspace, cancel); ctypes releases the GIL during
+# the call, so several Python threads can run iterations of a parallel phase at once; the generated
+# code returns ERROR_CANCELLED soon after another thread sets the i32 word at `cancel`
 KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
     ctypes.c_int32,
     ctypes.c_void_p,  # i8** buffers
@@ -72,6 +76,7 @@ KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
     ctypes.c_int64,  # lo
     ctypes.c_int64,  # hi
     ctypes.c_void_p,  # i8* workspace (one per thread)
+    ctypes.c_void_p,  # i32* cancel (one per call)
 )
 
 

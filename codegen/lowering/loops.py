@@ -9,6 +9,7 @@ from tensorlang.dtypes import ScalarType
 
 from ..emit import values as V
 from ..planning.plan import Split
+from .abi import poll_cancel
 from .state import LoweringState
 
 
@@ -65,10 +66,12 @@ class LoopLowering(LoweringState):
         env: dict[str, ll.Value],
         restricted: bool,
         carried_types: list[ll.Type] = (),
+        poll: bool = False,
     ) -> tuple[ll.Value, ll.PhiInstr, ll.Block, list[ll.PhiInstr]]:
         """Header and condition of the for loop `node`, positioned at the start of its body:
         (first value, induction variable, exit block, one more header phi per `carried_types`,
-        undefined on entry). `restricted`: this thread runs [lo, hi) only."""
+        undefined on entry). `restricted`: this thread runs [lo, hi) only. `poll`: each iteration
+        first returns ERROR_CANCELLED if the call's cancel word is set."""
         b = self.b
         if restricted:
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
@@ -83,6 +86,8 @@ class LoopLowering(LoweringState):
             cond = b.and_(cond, b.icmp_signed("<", iv, self.hi))
         b.cbranch(cond, body, exit_)
         b.position_at_end(body)
+        if poll:
+            poll_cancel(b, self.cancel)
         return init, iv, exit_, carried
 
     def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
@@ -97,19 +102,26 @@ class LoopLowering(LoweringState):
         restricted = decision is not None and decision.split is Split.OUTER_LOOP
         footprints = decision.prefetch if decision is not None else ()
         pipeline = decision.pipeline if decision is not None else None
-        if pipeline is not None:
-            self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
-            return
-        init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted)
-        inner = {**env, name: iv}
-        inc = self.ast_expr(node.for_get_inc(), inner)
-        if footprints:
-            self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
-        self.emit_node(node.for_get_body(), inner)
-        step = b.add(iv, inc, flags=["nsw"])
-        iv.add_incoming(step, b.block)
-        b.branch(iv.parent)
-        b.position_at_end(exit_)
+        # the phase's outermost loops (no for around them) poll the cancel word: once per
+        # iteration of the loop threads split, cheap next to the loop nest inside it
+        poll = self.loop_depth == 0
+        self.loop_depth += 1
+        try:
+            if pipeline is not None:  # always an outermost loop: it polls too
+                self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
+                return
+            init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted, poll=poll)
+            inner = {**env, name: iv}
+            inc = self.ast_expr(node.for_get_inc(), inner)
+            if footprints:
+                self.emit_prefetch(node, name, b.add(iv, inc, flags=["nsw"]), env, footprints)
+            self.emit_node(node.for_get_body(), inner)
+            step = b.add(iv, inc, flags=["nsw"])
+            iv.add_incoming(step, b.block)
+            b.branch(iv.parent)
+            b.position_at_end(exit_)
+        finally:
+            self.loop_depth -= 1
 
     def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
         b = self.b

@@ -36,12 +36,12 @@ class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLoweri
         fn = declare_phase(self.module, self.program, layout, self.param_values is not None, n)
         self.body = fn
         self.phase_functions.append(fn)
-        self.error_ptr, self.lo, self.hi, self.workspace = fn.args[-4:]
+        self.error_ptr, self.lo, self.hi, self.workspace, self.cancel = fn.args[-5:]
         self.b = ll.IRBuilder(fn.append_basic_block("entry"))
         if self.param_values is not None:
             self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in layout.params}
         else:
-            self.params = dict(zip(layout.params, fn.args[len(layout.tensors) : -4]))
+            self.params = dict(zip(layout.params, fn.args[len(layout.tensors) : -5]))
         self.pointers = dict(zip(layout.tensors, fn.args))
 
 

@@ -34,7 +34,7 @@ class PipelineLowering(LoweringState):
         b = self.b
         name = node.for_get_iterator().get_id().get_name()
         types = [V.register_type(read.dtype) for _, read in plan.captured]
-        init, iv, exit_, carried = self._open_loop(node, name, init, env, restricted, types)
+        init, iv, exit_, carried = self._open_loop(node, name, init, env, restricted, types, poll=True)
         inner = {**env, name: iv}
         inc = ll.Constant(V.I64, plan.step)  # a constant: also valid in the exit block below
         if footprints:

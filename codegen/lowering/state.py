@@ -25,6 +25,7 @@ class LoweringState:
     lo: ll.Value  # this thread's share [lo, hi) of a split loop
     hi: ll.Value
     workspace: ll.Value  # i8*: this thread's scratch memory (contracted temporaries, GEMM packing)
+    cancel: ll.Value  # i32*: the call's cancel word, polled once per iteration of outermost loops
     restrict_gemm_rows: bool  # the phase is one GEMM call whose M rows threads split
 
     def __init__(self, plan: KernelPlan):
@@ -50,6 +51,7 @@ class LoweringState:
         self.decision: PhaseDecision | None = None  # the phase being emitted; its outer loop not yet
         self.leaf_statement: PolyLeafContext | None = None  # the statement instance being emitted
         self.phase_functions: list[ll.Function] = []
+        self.loop_depth = 0  # for loops around the current position in the phase being emitted
 
 
 @dataclass

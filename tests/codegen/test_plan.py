@@ -123,9 +123,17 @@ def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
     pointers = (ctypes.c_void_p * len(layout.tensors))(*[arrays[t].ctypes.data for t in layout.tensors])
     error = np.zeros(4, np.int64)
     params = np.zeros(max(1, len(layout.params)), np.int64)
+    cancel = np.zeros(1, np.int32)  # the call's cancel word (never set here)
     codes = [
         code.entry(
-            ctypes.addressof(pointers), params.ctypes.data, error.ctypes.data, n, -(2**63), 2**63 - 1, 0
+            ctypes.addressof(pointers),
+            params.ctypes.data,
+            error.ctypes.data,
+            n,
+            -(2**63),
+            2**63 - 1,
+            0,
+            cancel.ctypes.data,
         )
         for n in range(len(rewritten.phases))
     ]
