@@ -6,6 +6,7 @@ import ctypes
 import functools
 import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from .lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
 from .lowering.gemm_jit import shared_gemm
 from .lowering.jit import MachineCode, assembly_of, jit, optimise
 from .lowering.lower import lower_to_llvm
-from .parallel import Workspaces, run_phases
+from .parallel import Workspaces, renew_after_fork, run_phases
 from .planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
 from .planning.storage import ContractedTemporary
 from .runtime import arguments as args_
@@ -56,7 +57,13 @@ class Specialisation:
 
 
 class Kernel:
-    """A compiled def. Call it with the inputs (NumPy arrays) in the def's order."""
+    """A compiled def. Call it with the inputs (NumPy arrays) in the def's order.
+
+    Ctrl-C during a call raises KeyboardInterrupt within milliseconds, and only once no thread
+    runs the kernel any more (codegen/parallel.py). No result is returned; an `out=` array the
+    kernel writes in place (one usable directly) may then hold a partial result, one it
+    would have copied into at the end keeps its old values; nothing is written afterwards.
+    """
 
     def __init__(self, program: ir.Program, schedule: Schedule, options: Options, syntax_text: str):
         self.program = program
@@ -69,12 +76,20 @@ class Kernel:
         # tensors a `+=`-without-`!` accumulates into first: they start from zeros (or out=)
         self._uninitialised = frozenset(st.tensor for st in program.statements if st.uninitialized)
         self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
-        self._cache: dict[tuple[int, ...], Specialisation] = {}
-        self._shape_cache: dict[tuple[int, ...], dict[str, tuple[int, ...]]] = {}
+        # per set of sizes, least recently called first; at most options.max_specializations each
+        self._cache: OrderedDict[tuple[int, ...], Specialisation] = OrderedDict()
+        self._shape_cache: OrderedDict[tuple[int, ...], dict[str, tuple[int, ...]]] = OrderedDict()
         self._reschedules: dict[tuple, Schedule] = {}  # schedules after contraction planning
         self._generic = None  # (plan, machine code, layout) of the parametric kernel
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while building a specialisation
+        self._cache_lock = threading.Lock()  # held briefly for the two caches' bookkeeping
+        renew_after_fork(self)
         self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
+
+    def after_fork(self) -> None:
+        """In a forked child: fresh locks (another thread of the parent may have held them)."""
+        self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -157,10 +172,23 @@ class Kernel:
         """Output and temporary shapes for these sizes, after checking the call-time requirements
         (cached per set of sizes: only sizes that passed are cached)."""
         key = tuple(sizes[s.name] for s in self.program.sizes)
-        shapes = self._shape_cache.get(key)
-        if shapes is None:
-            shapes = self._shape_cache[key] = self._compute_shapes(sizes)
+        with self._cache_lock:
+            shapes = self._shape_cache.get(key)
+            if shapes is not None:
+                self._shape_cache.move_to_end(key)
+                return shapes
+        shapes = self._compute_shapes(sizes)
+        with self._cache_lock:
+            self._remember(self._shape_cache, key, shapes)
         return shapes
+
+    def _remember(self, cache: OrderedDict, key: tuple[int, ...], value) -> None:
+        """Add the most recently used entry; past the bound, forget the least recently used. An
+        evicted Specialisation's machine code is freed when the last call using it lets go of it."""
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self.options.max_specializations:
+            cache.popitem(last=False)
 
     def _compute_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         for evaluate, requirement in self._requirements:
@@ -224,15 +252,19 @@ class Kernel:
 
     def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
         key = tuple(sizes[s.name] for s in self.program.sizes)
-        spec = self._cache.get(key)
-        if spec is not None:
-            return spec
-        with self._lock:
+        with self._cache_lock:
             spec = self._cache.get(key)
+            if spec is not None:
+                self._cache.move_to_end(key)
+                return spec
+        with self._lock:  # one build at a time; calls of cached sizes go on meanwhile
+            with self._cache_lock:
+                spec = self._cache.get(key)
             if spec is None:
                 self._check_preconditions(sizes)
                 spec = self._build(sizes)
-                self._cache[key] = spec
+                with self._cache_lock:
+                    self._remember(self._cache, key, spec)
         return spec
 
     def _plan(self, sizes: Mapping[str, int] | None) -> KernelPlan:

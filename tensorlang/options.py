@@ -26,6 +26,9 @@ class Options:
     prefetch: at the top of each iteration of a loop nest's outer loop, prefetch the rows the
         next iteration reads. Off by default: on the machines measured it did not help (README).
     specialize: generate code for the concrete sizes of each call (cached per shape).
+    max_specializations: how many sets of sizes a kernel keeps machine code for (64). Past it,
+        the least recently called is evicted and its machine code freed once no running call
+        uses it; calling that size again compiles again (`Kernel.compile_count` counts it).
     optimize: False runs the statements in source order with no scheduling, post-passes,
         contraction path or threads: the untransformed reference that transformations are
         differential-tested against.
@@ -41,6 +44,7 @@ class Options:
     prefetch: bool = False
     specialize: bool = True
     optimize: bool = True
+    max_specializations: int = 64
 
     def thread_count(self) -> int:
         """The threads parallel loops may use: `threads`, else the environment's default."""
@@ -64,6 +68,9 @@ class Options:
             raise TensorLangError(f"Options.unroll must be a positive integer, got {self.unroll!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise TensorLangError(f"Options.threads must be a positive integer, got {self.threads!r}")
+        bound = self.max_specializations
+        if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
+            raise TensorLangError(f"Options.max_specializations must be a positive integer, got {bound!r}")
 
 
 def default_threads() -> int:
