@@ -3,6 +3,11 @@
 Every expression is typed, implicit conversions are explicit `Cast` nodes (so both operands of a
 `Binary` have one type), `let` bindings are inlined, and every statement carries the inferred
 range of each of its index variables as sympy expressions over the size symbols.
+
+`weak` (on Const, Unary, Binary, Select, Cast and Call; never compared or printed) marks a float32
+expression whose type comes only from float literals: while the checker types a statement it may
+still widen such an expression to float64 when it meets a double (see exprcheck). Later stages
+ignore it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class Const:
     value: int | float | bool
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         if self.dtype.is_bool:
@@ -88,6 +94,7 @@ class Unary:
     operand: Expr
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.op}{self.operand})"
@@ -107,6 +114,7 @@ class Binary:
     rhs: Expr
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         if self.op in ("min", "max"):
@@ -123,6 +131,7 @@ class Select:
     if_false: Expr
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"({self.cond} ? {self.if_true} : {self.if_false})"
@@ -138,6 +147,7 @@ class Cast:
     operand: Expr
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.dtype}({self.operand})"
@@ -151,6 +161,7 @@ class Call:
     args: tuple[Expr, ...]
     dtype: ScalarType
     span: Span | None = field(default=None, compare=False, repr=False)
+    weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.function}({', '.join(map(str, self.args))})"

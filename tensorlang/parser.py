@@ -32,9 +32,19 @@ from .syntax import (
     WhereRange,
 )
 
-# Deeper expressions are rejected: every later stage walks expressions recursively, and a bound
-# here keeps all of them far from Python's recursion limit.
+# Two limits keep every later stage, which walks expressions recursively, far from Python's
+# recursion limit (1000 frames by default). Nesting (parentheses, unary operators, `?:` branches,
+# calls, casts, subscripts, the right operand of a tighter operator) is at most
+# MAX_EXPRESSION_DEPTH levels. A chain of left-associative operators (`a + b + c ...`) is parsed
+# in a loop and is not nesting, but it is a left-deep tree that later stages still descend one
+# level per operator, so the height of the whole tree (chains and nesting together) is at most
+# MAX_EXPRESSION_HEIGHT levels: a name or number is one level, `A(i)` two, and each operator adds
+# one, so a flat sum of 199 terms `A(i) + A(i) + ...` is accepted and one of 200 is not. The
+# deepest walk is the syntax printer (about 3.5 units of the recursion limit per level); the
+# worst tree within both limits (98 nested calls around a chain) compiles, runs and prints every
+# stage under a recursion limit of about 710, which leaves some 290 frames to the caller.
 MAX_EXPRESSION_DEPTH = 100
+MAX_EXPRESSION_HEIGHT = 200
 
 
 def parse(source: Source) -> Module:
@@ -48,7 +58,7 @@ class _Parser:
         self.tokens = tokenize(source)
         self.pos = 0
         self.depth = 0  # current nesting of expressions being parsed
-        self.tree_depth: dict[int, int] = {}  # id(node) → height of that expression tree
+        self.height: dict[int, int] = {}  # id(node) → height of that expression tree
 
     # ------------------------------------------------------------ token helpers
 
@@ -207,6 +217,7 @@ class _Parser:
             self.depth -= 1
 
     def _climb(self, min_precedence: int) -> Expression:
+        """`unary {op operand}`: a left-associative chain grows in this loop, not by recursion."""
         lhs = self.unary()
         while True:
             token = self.cur
@@ -221,12 +232,16 @@ class _Parser:
                     lhs,
                     if_true,
                     if_false,
+                    at=token,
                 )
             elif BINARY_PRECEDENCE.get(token.kind, -1) >= min_precedence:
                 self.advance()
                 rhs = self.expression(BINARY_PRECEDENCE[token.kind] + 1)  # left-associative
                 lhs = self.node(
-                    BinaryOp(op=token.kind, lhs=lhs, rhs=rhs, span=self.span_from(lhs.span)), lhs, rhs
+                    BinaryOp(op=token.kind, lhs=lhs, rhs=rhs, span=self.span_from(lhs.span)),
+                    lhs,
+                    rhs,
+                    at=token,
                 )
             else:
                 return lhs
@@ -274,12 +289,17 @@ class _Parser:
         apply = Apply(name=name.name, args=tuple(args), span=self.span_from(name.span), paren_span=paren.span)
         return self.node(apply, *args)
 
-    def node(self, node: Expression, *children: Expression) -> Expression:
-        """Record the height of `node`; long operator chains are deep trees without deep parsing."""
-        height = 1 + max((self.tree_depth.get(id(c), 1) for c in children), default=0)
-        if height > MAX_EXPRESSION_DEPTH:
+    def node(self, node: Expression, *children: Expression, at: Token | None = None) -> Expression:
+        """Record the height of `node`: long operator chains are deep trees without deep parsing.
+
+        `at` is the operator token that joins the children (the error points there), else the node.
+        """
+        height = 1 + max((self.height.get(id(c), 1) for c in children), default=0)
+        if height > MAX_EXPRESSION_HEIGHT:
             raise ParseError(
-                f"expression nested too deeply (more than {MAX_EXPRESSION_DEPTH} levels)", node.span
+                f"expression too long: more than {MAX_EXPRESSION_HEIGHT} levels deep (each operator "
+                f"of a chain a + b + ... is a level); compute part of it in a temporary tensor",
+                at.span if at is not None else node.span,
             )
-        self.tree_depth[id(node)] = height
+        self.height[id(node)] = height
         return node

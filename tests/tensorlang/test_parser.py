@@ -7,6 +7,7 @@ import pytest
 from tensorlang import syntax
 from tensorlang.errors import ParseError
 from tensorlang.frontend import def_names, parse_source
+from tensorlang.parser import MAX_EXPRESSION_DEPTH, MAX_EXPRESSION_HEIGHT
 
 
 def rhs(expr_text: str) -> syntax.Expression:
@@ -116,9 +117,42 @@ def test_deep_nesting_is_a_parse_error_not_a_crash():
         rhs("(" * 5000 + "a" + ")" * 5000)
     with pytest.raises(ParseError, match="nested too deeply"):
         rhs("-" * 5000 + "a")
-    with pytest.raises(ParseError, match="nested too deeply"):
+    with pytest.raises(ParseError, match="expression too long"):
         rhs(" + ".join(["a"] * 5000))
     assert isinstance(rhs(" + ".join(["a"] * 90)), syntax.BinaryOp)
+
+
+def test_a_long_chain_is_not_nesting():
+    # issue 9: a flat sum of 101 terms was "nested too deeply"
+    prefix = "def f() -> (O) { O = "
+    assert isinstance(rhs(" + ".join(["a"] * 101)), syntax.BinaryOp)
+    assert isinstance(rhs(" * ".join(["a"] * MAX_EXPRESSION_HEIGHT)), syntax.BinaryOp)
+    # a chain inside nearly the deepest nesting
+    assert isinstance(rhs("(" * 95 + " - ".join(["a"] * 150) + ")" * 95), syntax.BinaryOp)
+    # one level too many: located at the operator that adds it, not a RecursionError
+    text = " + ".join(["a"] * (MAX_EXPRESSION_HEIGHT + 1))
+    with pytest.raises(ParseError, match="expression too long") as info:
+        rhs(text)
+    assert info.value.column == len(prefix) + text.rindex("+") + 1
+    assert "^" in str(info.value).splitlines()[-1]
+
+
+def test_real_nesting_keeps_its_limit_and_caret():
+    prefix = "def f() -> (O) { O = "
+    depth = MAX_EXPRESSION_DEPTH + 1
+    for text, at in [
+        ("(" * depth + "a" + ")" * depth, "(" * MAX_EXPRESSION_DEPTH),
+        ("-" * depth + "a", "-" * MAX_EXPRESSION_DEPTH),
+        ("exp(" * depth + "a" + ")" * depth, "exp(" * MAX_EXPRESSION_DEPTH),
+        (
+            "".join(f"c ? {k} : " for k in range(depth)) + "a",
+            "".join(f"c ? {k} : " for k in range(99)) + "c ? ",
+        ),
+    ]:
+        with pytest.raises(ParseError, match="nested too deeply") as info:
+            rhs(text)
+        assert (info.value.line, info.value.column) == (1, len(prefix) + len(at) + 1), text[:40]
+        assert "^" in str(info.value).splitlines()[-1]
 
 
 def test_round_trip_of_every_corpus_source(corpus):
