@@ -5,12 +5,12 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import build_scop
-from scheduler import ScheduleOptions, compute_schedule
+from scheduler import compute_schedule
 from tensorlang import frontend
 from tensorlang.errors import TensorLangError, verification_enabled
-from tensorlang.options import Options
 
 from .kernel import Kernel
+from .options import Options
 
 
 def compile(  # noqa: A001
@@ -34,16 +34,7 @@ def compile(  # noqa: A001
     syntax_text = str(frontend.select_def(frontend.parse_source(source, filename), program.name))
     try:
         scop = build_scop(program)
-        schedule = compute_schedule(
-            scop,
-            ScheduleOptions(
-                tile=options.tile,
-                fusion=options.fusion,
-                unroll=options.unroll,
-                optimize=options.optimize,
-                threads=options.threads,
-            ),
-        )
+        schedule = compute_schedule(scop, options.schedule)
         if verification_enabled():  # the tests run every stage's invariant checks
             scop.verify()
             schedule.verify()

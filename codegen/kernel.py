@@ -18,12 +18,12 @@ from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule
 from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
-from tensorlang.options import Options
 
 from .lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
 from .lowering.gemm_jit import shared_gemm
 from .lowering.jit import MachineCode, assembly_of, jit, optimise
 from .lowering.lower import lower_to_llvm
+from .options import Options
 from .parallel import Workspaces, renew_after_fork, run_phases
 from .planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
 from .planning.storage import ContractedTemporary
@@ -272,7 +272,7 @@ class Kernel:
         plan when `Options(specialize=False)` (or no sizes) — the build path and inspect alike."""
         sizes = sizes if self.options.specialize else None
         try:
-            return plan_kernel(self.schedule, self.options, sizes, self._reschedules)
+            return plan_kernel(self.schedule, self.options.codegen, sizes, self._reschedules)
         except isl.Error as exc:  # isl failures are our bugs, not the user's
             raise TensorLangError(f"{self.name}: internal compiler error while planning: {exc}") from exc
 

@@ -1,7 +1,7 @@
 """tensorlang: a polyhedral compiler for Tensor Comprehensions-style tensor programs.
 
 The front end (this package) turns source text into a checked `ir.Program`; `compile` and
-`Kernel` come from `codegen` (the most downstream stage) and are re-exported lazily, the one
+`Kernel` and `Options` come from `codegen` (the most downstream stage) and are re-exported lazily, the one
 sanctioned upward reference.
 """
 
@@ -17,7 +17,6 @@ from .errors import (
     TensorLangError,
     TensorLangWarning,
 )
-from .options import Options
 
 __all__ = [
     "ArgumentError",
@@ -35,7 +34,7 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    if name in ("compile", "Kernel"):
+    if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 
         return getattr(driver, name)

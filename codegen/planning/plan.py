@@ -23,11 +23,11 @@ from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule, ScheduleOptions, compute_schedule
 from tensorlang import ir
 from tensorlang.errors import InternalError, verification_enabled
-from tensorlang.options import Options
 
 from ..host import workspace_bytes
 from .astgen import Footprint, LoopAst, Phase, build_ast, evaluate_ast_int, loop_range, unwrap
 from .loops import loops_text
+from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
 from .storage import (
     ContractedTemporary,
@@ -224,7 +224,7 @@ def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[Param, int]:
 
 def plan_kernel(
     schedule: Schedule,
-    options: Options,
+    options: CodegenOptions,
     sizes: Mapping[str, int] | None,
     reschedules: MutableMapping[tuple, Schedule] | None = None,
 ) -> KernelPlan:

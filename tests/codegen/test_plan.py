@@ -48,9 +48,9 @@ def test_plan_text_differs_by_sizes_and_is_deterministic():
     assert p1 != p2 and "M=64" in p1 and "GEMM" in p1
     again = tl.compile(MLP)
     assert again.inspect("plan", sizes=S1) == p1  # a fresh compile of the same program
-    a = plan_kernel(k.schedule, k.options, S1)
-    b = plan_kernel(again.schedule, again.options, S1)
-    assert a.key == b.key and a.key != plan_kernel(k.schedule, k.options, S2).key
+    a = plan_kernel(k.schedule, k.options.codegen, S1)
+    b = plan_kernel(again.schedule, again.options.codegen, S1)
+    assert a.key == b.key and a.key != plan_kernel(k.schedule, k.options.codegen, S2).key
 
 
 def test_plan_lists_the_phase_decisions():
@@ -61,28 +61,28 @@ def test_plan_lists_the_phase_decisions():
         O(n, d) = e(n, d) / s(n)
     }"""
     k = tl.compile(softmax)
-    plan = plan_kernel(k.schedule, k.options, {"N": 33, "D": 129})
+    plan = plan_kernel(k.schedule, k.options.codegen, {"N": 33, "D": 129})
     assert isinstance(plan, KernelPlan)
     (phase,) = plan.phases
     assert phase.split is Split.OUTER_LOOP and phase.pipeline is not None
     assert set(plan.contracted) == {"mx", "e", "s"}
     text = str(plan)
     assert "phase 0" in text and "pipelined" in text and "contracted" in text
-    generic = plan_kernel(k.schedule, k.options, None)
+    generic = plan_kernel(k.schedule, k.options.codegen, None)
     assert not generic.specialised and not generic.contracted and generic.phases[0].pipeline is None
     assert "symbolic" in str(generic)
     gemm = tl.compile("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
-    plan = plan_kernel(gemm.schedule, gemm.options, {"M": 67, "K": 45, "N": 83})
+    plan = plan_kernel(gemm.schedule, gemm.options.codegen, {"M": 67, "K": 45, "N": 83})
     assert [d.split for d in plan.phases] == [Split.OUTER_LOOP, Split.GEMM_ROWS]
 
 
 def test_verify_rejects_a_broken_plan():
     k = tl.compile(MLP)
-    plan = plan_kernel(k.schedule, k.options, S1)
+    plan = plan_kernel(k.schedule, k.options.codegen, S1)
     broken = KernelPlan(**{**plan.__dict__, "phases": plan.phases[:-1]})
     with pytest.raises(PlanError, match="decisions for"):
         broken.verify()
-    generic = plan_kernel(k.schedule, k.options, None)
+    generic = plan_kernel(k.schedule, k.options.codegen, None)
     with pytest.raises(PlanError, match="generic plan"):
         KernelPlan(**{**generic.__dict__, "layouts": {"W": (1, 0)}}).verify()
     with pytest.raises(PlanError, match="not a temporary"):
@@ -108,7 +108,7 @@ def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
     src = "def gather(float(V, D) T, int32(N) I) -> (O) { O(n, d) = T(I(n), d) }"
     k = tl.compile(src, options=tl.Options(threads=1))
     sizes = {"V": 5, "D": 3, "N": 4}
-    plan = plan_kernel(k.schedule, k.options, sizes)
+    plan = plan_kernel(k.schedule, k.options.codegen, sizes)
     copied = tuple(dataclasses.replace(s, statement=copy.deepcopy(s.statement)) for s in plan.scop.statements)
     assert all(a.statement is not b.statement for a, b in zip(copied, plan.scop.statements))
     rewritten = dataclasses.replace(plan, scop=dataclasses.replace(plan.scop, statements=copied))

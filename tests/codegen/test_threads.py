@@ -9,7 +9,7 @@ from conftest import SOFTMAX
 import codegen.parallel
 import tensorlang as tl
 from codegen.parallel import chunks
-from tensorlang.options import default_threads
+from scheduler import default_threads
 
 PROGRAMS = {
     "gemm": (

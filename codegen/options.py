@@ -1,14 +1,19 @@
-"""options: the user's knobs for scheduling and code generation (validated, frozen)."""
+"""codegen: the user's knobs → Options (public as `tensorlang.Options`), validated once and split by stage.
+
+Each stage reads only its own view: the scheduler `Options.schedule` (scheduler.ScheduleOptions),
+the call-time pipeline `Options.codegen` (planning.options.CodegenOptions), and the runtime the
+thread count and the specialisation bound. The flat public record keeps `tl.Options(tile=...,
+threads=...)` the one thing users write.
+"""
 
 from __future__ import annotations
 
-import functools
-import os
 from dataclasses import dataclass
 
-from .errors import TensorLangError
+from scheduler import ScheduleOptions, default_threads
+from tensorlang.errors import TensorLangError
 
-FUSION_STRATEGIES = ("auto", "smart", "max", "none")
+from .planning.options import CodegenOptions
 
 
 @dataclass(frozen=True)
@@ -46,47 +51,25 @@ class Options:
     optimize: bool = True
     max_specializations: int = 64
 
-    def thread_count(self) -> int:
-        """The threads parallel loops may use: `threads`, else the environment's default."""
-        return 1 if not self.optimize else self.threads or default_threads()
-
     def __post_init__(self) -> None:
-        tile = self.tile
-        if isinstance(tile, int) and not isinstance(tile, bool):
-            tile = (tile,)
-        if tile is not None:
-            if not isinstance(tile, tuple | list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in tile
-            ):
-                raise TensorLangError(f"Options.tile must be positive integers, got {self.tile!r}")
-            object.__setattr__(self, "tile", tuple(tile))
-        if self.fusion not in FUSION_STRATEGIES:
-            raise TensorLangError(
-                f"Options.fusion must be one of {', '.join(FUSION_STRATEGIES)}, got {self.fusion!r}"
-            )
-        if self.unroll is not None and (not isinstance(self.unroll, int) or self.unroll < 1):
-            raise TensorLangError(f"Options.unroll must be a positive integer, got {self.unroll!r}")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
-            raise TensorLangError(f"Options.threads must be a positive integer, got {self.threads!r}")
+        # the scheduler's view validates its knobs (and normalises tile to a tuple)
+        object.__setattr__(self, "tile", self.schedule.tile)
         bound = self.max_specializations
         if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
             raise TensorLangError(f"Options.max_specializations must be a positive integer, got {bound!r}")
 
+    @property
+    def schedule(self) -> ScheduleOptions:
+        """The knobs of fusion, isl scheduling and the post-passes."""
+        return ScheduleOptions(self.tile, self.fusion, self.unroll, self.optimize, self.threads)
 
-def default_threads() -> int:
-    """TENSORLANG_NUM_THREADS if set, else every core."""
-    env = os.environ.get("TENSORLANG_NUM_THREADS")
-    if env:
-        try:
-            value = int(env)
-        except ValueError:
-            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}") from None
-        if value < 1:
-            raise TensorLangError(f"TENSORLANG_NUM_THREADS must be a positive integer, got {env!r}")
-        return value
-    return _cpu_count()
+    @property
+    def codegen(self) -> CodegenOptions:
+        """The knobs of the call-time pipeline (plan_kernel) and the lowering."""
+        return CodegenOptions(
+            self.vectorize, self.fast_math, self.pipeline, self.prefetch, self.specialize, self.optimize
+        )
 
-
-@functools.cache
-def _cpu_count() -> int:
-    return os.cpu_count() or 1
+    def thread_count(self) -> int:
+        """The threads parallel loops may use: `threads`, else the environment's default."""
+        return 1 if not self.optimize else self.threads or default_threads()

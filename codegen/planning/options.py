@@ -1,0 +1,25 @@
+"""planning: the user's Options → CodegenOptions, the knobs that plan_kernel and the lowering read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """What the call-time pipeline may do (the scheduler's knobs are scheduler.ScheduleOptions).
+
+    vectorize: LLVM's loop and SLP vectorisers.
+    fast_math: floating-point reassociation everywhere (changes rounding).
+    pipeline: row pipelining of fused row loops.
+    prefetch: prefetch the next outer iteration's rows.
+    specialize: plan per set of sizes (False: one generic plan for every size).
+    optimize: False plans the untransformed reference (no GEMM path, contraction or pipelining).
+    """
+
+    vectorize: bool = True
+    fast_math: bool = False
+    pipeline: bool = True
+    prefetch: bool = False
+    specialize: bool = True
+    optimize: bool = True
