@@ -9,8 +9,8 @@ from scheduler import compute_schedule
 from tensorlang import frontend
 from tensorlang.errors import TensorLangError, verification_enabled
 
-from .kernel import Kernel
 from .options import Options
+from .runtime.kernel import Kernel
 
 
 def compile(  # noqa: A001

@@ -21,7 +21,8 @@ ALLOWED = {("tensorlang/__init__.py", "codegen")}
 
 # Inside codegen, rooms import one way too: host ← emit (IR emitters that know nothing of
 # schedules); host ← planning (isl AST planning, no LLVM); lowering imports planning, emit and
-# host; the runtime and the top-level modules (kernel, parallel, driver: "top") import anything.
+# host; the runtime (Kernel, thread pool, arguments) and the top-level modules (driver, the
+# public Options: "top") import anything.
 CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "runtime")
 ROOM_MAY_IMPORT = {
     "host": {"host"},

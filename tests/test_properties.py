@@ -13,7 +13,7 @@ from conftest import load_corpus
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import codegen.parallel
+import codegen.runtime.parallel
 import tensorlang as tl
 
 SIZES = st.sampled_from([1, 2, 3, 5, 7, 13])
@@ -208,12 +208,12 @@ def test_row_programs_pipelined_or_not_match_numpy(data, n, k, threads, reverse)
         return eval(g_np.format(jn=j_np), {"e": e, "m": m, "s": s, "np": np})
 
     x = _f32(np.random.default_rng(n * 7 + k), (n, k))
-    saved = codegen.parallel.MIN_PARALLEL_WORK
-    codegen.parallel.MIN_PARALLEL_WORK = 0  # split even tiny row loops over the threads
+    saved = codegen.runtime.parallel.MIN_PARALLEL_WORK
+    codegen.runtime.parallel.MIN_PARALLEL_WORK = 0  # split even tiny row loops over the threads
     try:
         got = tl.compile(src, options=tl.Options(threads=threads))(x)
     finally:
-        codegen.parallel.MIN_PARALLEL_WORK = saved
+        codegen.runtime.parallel.MIN_PARALLEL_WORK = saved
     np.testing.assert_allclose(got, oracle(x), rtol=2e-5, atol=2e-5, err_msg=src)
 
 

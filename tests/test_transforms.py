@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import load_corpus
 
-import codegen.parallel
+import codegen.runtime.parallel
 import polyhedral.contraction
 import tensorlang as tl
 
@@ -109,7 +109,7 @@ def _run(src, inputs, options, entry=None):
 @pytest.fixture(autouse=True)
 def _transform_even_tiny_kernels(monkeypatch):
     """Split loops over threads and run contractions as GEMM calls whatever the size."""
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.setattr(polyhedral.contraction, "MIN_CONTRACTION_WORK", 0)
 
 

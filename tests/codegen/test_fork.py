@@ -40,8 +40,8 @@ CHILD = textwrap.dedent(
             KERNEL = tl.compile(SRC, options=tl.Options(threads=2))
             assert np.allclose(KERNEL(X), WANT, rtol=1e-5)
             release = threading.Event()
-            import codegen.parallel
-            lock = codegen.parallel._pool_lock
+            import codegen.runtime.parallel
+            lock = codegen.runtime.parallel._pool_lock
             holder = threading.Thread(target=lambda: (lock.acquire(), release.wait(), lock.release()))
             holder.start()
             while not lock.locked():

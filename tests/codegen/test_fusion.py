@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import LAYERNORM, SOFTMAX
 
-import codegen.parallel
+import codegen.runtime.parallel
 import tensorlang as tl
 
 MLP3 = """def mlp3(float(B, I) X, float(I, H) W1, float(H) b1, float(H, H) W2, float(H) b2, float(H, O) W3) -> (Y) {
@@ -42,7 +42,7 @@ def test_contractions_stay_in_their_own_regions():
 @pytest.mark.parametrize("src", [SOFTMAX, LAYERNORM, MLP3], ids=["softmax", "layernorm", "mlp3"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_every_strategy_gives_the_same_results(src, threads, monkeypatch):
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
     ref = tl.compile(src, options=tl.Options(optimize=False))
     rng = np.random.default_rng(5)
     shapes = {"softmax": [(37, 29)], "layernorm": [(41, 23)]}.get(

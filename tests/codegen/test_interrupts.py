@@ -124,7 +124,7 @@ SLOW_WORKERS = textwrap.dedent(
     """
     import json, os, signal, threading, time
     import numpy as np
-    from codegen.parallel import Workspaces, run_phases
+    from codegen.runtime.parallel import Workspaces, run_phases
     from codegen.planning.plan import PhasePlan
 
     finished = []

@@ -61,9 +61,9 @@ SHAPES = [(1, 7), (2, 1), (3, 5), (5, 16), (7, 1021), (13, 3), (2, 4099)]
 @pytest.mark.parametrize("src", [SOFTMAX, SOFTMAX_STATS, REVERSED, TWO_OUTPUTS, LAYERNORM])
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_pipelining_never_changes_results(monkeypatch, src, shape):
-    import codegen.parallel
+    import codegen.runtime.parallel
 
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)  # split even tiny row loops
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)  # split even tiny row loops
     rng = np.random.default_rng(7)
     x = rng.uniform(-6, 6, size=shape).astype(np.float32)
     if shape[0] > 2:
@@ -81,9 +81,9 @@ def test_pipelining_never_changes_results(monkeypatch, src, shape):
 
 def test_pipelined_kernel_stays_correct_when_threads_change_after_compiling(monkeypatch):
     """Each thread pipelines its own rows, whatever the thread count at call time."""
-    import codegen.parallel
+    import codegen.runtime.parallel
 
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
     monkeypatch.delenv("TENSORLANG_NUM_THREADS", raising=False)
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
     k = tl.compile(SOFTMAX)

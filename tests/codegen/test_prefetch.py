@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import SOFTMAX
 
-import codegen.parallel
+import codegen.runtime.parallel
 import tensorlang as tl
 
 BIAS = "def bias(float(N, M) A, float(M) b) -> (B) { B(i, j) = A(i, j) + b(j) }"
@@ -88,7 +88,7 @@ CASES = [
 @pytest.mark.parametrize("specialize", [True, False])
 @pytest.mark.parametrize(("src", "shapes"), CASES, ids=lambda v: v if isinstance(v, str) else None)
 def test_prefetch_never_changes_results(monkeypatch, src, shapes, threads, specialize):
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
     shapes = {**shapes, "T": shapes.get("T", (1,))}
     reference = tl.compile(src, options=tl.Options(optimize=False))
     inputs = _inputs(reference, shapes)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import SOFTMAX
 
-import codegen.parallel
+import codegen.runtime.parallel
 import tensorlang as tl
-from codegen.parallel import chunks
+from codegen.runtime.parallel import chunks
 from scheduler import default_threads
 
 PROGRAMS = {
@@ -26,7 +26,7 @@ PROGRAMS = {
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_results_are_bitwise_identical_for_any_thread_count(name, monkeypatch):
-    monkeypatch.setattr(codegen.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
     src, shapes = PROGRAMS[name]
     rng = np.random.default_rng(0)
     inputs = [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]

@@ -1,4 +1,4 @@
-"""codegen: Schedule → Kernel, a callable on NumPy arrays that JIT-compiles per set of sizes."""
+"""runtime: Schedule → Kernel, a callable on NumPy arrays that JIT-compiles per set of sizes."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ from scheduler import Schedule
 from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
-from .lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
-from .lowering.gemm_jit import shared_gemm
-from .lowering.jit import MachineCode, assembly_of, jit, optimise
-from .lowering.lower import lower_to_llvm
-from .options import Options
+from ..lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
+from ..lowering.gemm_jit import shared_gemm
+from ..lowering.jit import MachineCode, assembly_of, jit, optimise
+from ..lowering.lower import lower_to_llvm
+from ..options import Options
+from ..planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
+from ..planning.storage import ContractedTemporary
+from . import arguments as args_
 from .parallel import Workspaces, renew_after_fork, run_phases
-from .planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
-from .planning.storage import ContractedTemporary
-from .runtime import arguments as args_
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 
@@ -60,7 +60,7 @@ class Kernel:
     """A compiled def. Call it with the inputs (NumPy arrays) in the def's order.
 
     Ctrl-C during a call raises KeyboardInterrupt within milliseconds, and only once no thread
-    runs the kernel any more (codegen/parallel.py). No result is returned; an `out=` array the
+    runs the kernel any more (codegen/runtime/parallel.py). No result is returned; an `out=` array the
     kernel writes in place (one usable directly) may then hold a partial result, one it
     would have copied into at the end keeps its old values; nothing is written afterwards.
     """

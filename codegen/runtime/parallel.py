@@ -1,4 +1,4 @@
-"""codegen: phases of a compiled kernel → calls on a thread pool (parallel loops split by iterations).
+"""runtime: phases of a compiled kernel → calls on a thread pool (parallel loops split by iterations).
 
 The JIT-compiled entry runs one phase at a time, optionally restricted to iterations [lo, hi) of
 the phase's parallel outer loop. ctypes releases the GIL for the call, so a plain Python thread
@@ -29,8 +29,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from .lowering.abi import ERROR_CANCELLED
-from .planning.plan import PhasePlan
+from ..lowering.abi import ERROR_CANCELLED
+from ..planning.plan import PhasePlan
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
