@@ -12,6 +12,27 @@ from ..planning.plan import Split
 from .abi import poll_cancel
 from .state import LoweringState
 
+# iterations of a phase's only loop between two polls of the cancel word (some 10-100 µs of work)
+POLL_BLOCK = 1 << 16
+
+
+def _has_for(node: isl.AstNode) -> bool:
+    """Whether a for loop is nested anywhere in `node`."""
+    t = node.get_type()
+    NT = isl.ast_node_type
+    if t == NT.for_:
+        return True
+    if t == NT.block:
+        children = node.block_get_children()
+        return any(_has_for(children.get_at(i)) for i in range(children.n_ast_node()))
+    if t == NT.mark:
+        return _has_for(node.mark_get_node())
+    if t == NT.if_:
+        return _has_for(node.if_get_then_node()) or (
+            node.if_has_else_node() and _has_for(node.if_get_else_node())
+        )
+    return False
+
 
 class LoopLowering(LoweringState):
     """The loop nest of a phase; leaves go to StatementLowering, a pipelined outer loop to
@@ -110,6 +131,9 @@ class LoopLowering(LoweringState):
             if pipeline is not None:  # always an outermost loop: it polls too
                 self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
                 return
+            if poll and not footprints and not _has_for(node.for_get_body()):
+                self._emit_polled_innermost_for(node, name, init, env, restricted)
+                return
             init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted, poll=poll)
             inner = {**env, name: iv}
             inc = self.ast_expr(node.for_get_inc(), inner)
@@ -122,6 +146,38 @@ class LoopLowering(LoweringState):
             b.position_at_end(exit_)
         finally:
             self.loop_depth -= 1
+
+    def _emit_polled_innermost_for(
+        self, node: isl.AstNode, name: str, init: ll.Value, env: dict[str, ll.Value], restricted: bool
+    ) -> None:
+        """A phase's only loop (no loop inside it, as in an elementwise kernel), strip-mined into
+        blocks of POLL_BLOCK iterations: the cancel word is polled once per block, outside the
+        inner loop, so that the inner loop keeps a single exit and LLVM still vectorises it."""
+        b = self.b
+        if restricted:
+            init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)
+        inc = self.ast_expr(node.for_get_inc(), env)
+        span = b.mul(inc, ll.Constant(V.I64, POLL_BLOCK), flags=["nsw"])
+
+        def within(iv: ll.Value) -> ll.Value:
+            cond = self.ast_expr(node.for_get_cond(), {**env, name: iv})
+            return b.and_(cond, b.icmp_signed("<", iv, self.hi)) if restricted else cond
+
+        _, block_body, block_exit, start = self._loop_head(f"{name}.block", init)
+        b.cbranch(within(start), block_body, block_exit)
+        b.position_at_end(block_body)
+        poll_cancel(b, self.cancel)
+        limit = b.add(start, span, flags=["nsw"])
+        _, body, exit_, iv = self._loop_head(name, start)
+        b.cbranch(b.and_(within(iv), b.icmp_signed("<", iv, limit)), body, exit_)
+        b.position_at_end(body)
+        self.emit_node(node.for_get_body(), {**env, name: iv})
+        iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+        b.branch(iv.parent)
+        b.position_at_end(exit_)
+        start.add_incoming(limit, b.block)
+        b.branch(start.parent)
+        b.position_at_end(block_exit)
 
     def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
         b = self.b

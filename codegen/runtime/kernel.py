@@ -172,15 +172,21 @@ class Kernel:
         """Output and temporary shapes for these sizes, after checking the call-time requirements
         (cached per set of sizes: only sizes that passed are cached)."""
         key = tuple(sizes[s.name] for s in self.program.sizes)
-        with self._cache_lock:
-            shapes = self._shape_cache.get(key)
-            if shapes is not None:
-                self._shape_cache.move_to_end(key)
-                return shapes
+        shapes = self._recall(self._shape_cache, key)
+        if shapes is not None:
+            return shapes
         shapes = self._compute_shapes(sizes)
         with self._cache_lock:
             self._remember(self._shape_cache, key, shapes)
         return shapes
+
+    def _recall(self, cache: OrderedDict, key: tuple[int, ...]):
+        """The cached entry (now the most recently used), or None."""
+        with self._cache_lock:
+            value = cache.get(key)
+            if value is not None:
+                cache.move_to_end(key)
+            return value
 
     def _remember(self, cache: OrderedDict, key: tuple[int, ...], value) -> None:
         """Add the most recently used entry; past the bound, forget the least recently used. An
@@ -252,11 +258,9 @@ class Kernel:
 
     def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
         key = tuple(sizes[s.name] for s in self.program.sizes)
-        with self._cache_lock:
-            spec = self._cache.get(key)
-            if spec is not None:
-                self._cache.move_to_end(key)
-                return spec
+        spec = self._recall(self._cache, key)
+        if spec is not None:
+            return spec
         with self._lock:  # one build at a time; calls of cached sizes go on meanwhile
             with self._cache_lock:
                 spec = self._cache.get(key)
