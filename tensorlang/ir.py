@@ -150,7 +150,11 @@ class Cast:
     weak: bool = field(default=False, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return f"{self.dtype}({self.operand})"
+        operand = self.operand
+        if isinstance(operand, Const) and operand.dtype.is_float and self.dtype.is_float:
+            # a float32 literal widened to double reads differently from a double literal
+            return f"{self.dtype}({operand.dtype}({operand.value!r}))"
+        return f"{self.dtype}({operand})"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -275,3 +275,9 @@ def test_weak_tree_helpers_do_not_recurse():
     assert wide.dtype == ScalarType.FLOAT64 and not exprcheck.is_weak(wide)
     assert wide.lhs.lhs.rhs == ir.Const(value=0.1, dtype=ScalarType.FLOAT64)
     assert not exprcheck.is_weak(exprcheck.settle(node))
+
+
+def test_ir_text_tells_a_double_literal_from_a_widened_float32_one():
+    """inspect("ir") printed both as float64(0.2), although they differ by 3e-9."""
+    text = tl.compile("def f(double(N) A) -> (B) { B(i) = 0.2 * A(i) + double(float(0.2)) }").inspect("ir")
+    assert "float64(0.2) * A(i)" in text and "float64(float32(0.2))" in text
