@@ -8,30 +8,13 @@ import llvmlite.ir as ll
 from tensorlang.dtypes import ScalarType
 
 from ..emit import values as V
+from ..planning.astgen import contains_loop
 from ..planning.plan import Split
 from .abi import poll_cancel
 from .state import LoweringState
 
-# iterations of a phase's only loop between two polls of the cancel word (some 10-100 µs of work)
+# iterations of an unsplit phase's only loop between two polls of the cancel word
 POLL_BLOCK = 1 << 16
-
-
-def _has_for(node: isl.AstNode) -> bool:
-    """Whether a for loop is nested anywhere in `node`."""
-    t = node.get_type()
-    NT = isl.ast_node_type
-    if t == NT.for_:
-        return True
-    if t == NT.block:
-        children = node.block_get_children()
-        return any(_has_for(children.get_at(i)) for i in range(children.n_ast_node()))
-    if t == NT.mark:
-        return _has_for(node.mark_get_node())
-    if t == NT.if_:
-        return _has_for(node.if_get_then_node()) or (
-            node.if_has_else_node() and _has_for(node.if_get_else_node())
-        )
-    return False
 
 
 class LoopLowering(LoweringState):
@@ -124,14 +107,15 @@ class LoopLowering(LoweringState):
         footprints = decision.prefetch if decision is not None else ()
         pipeline = decision.pipeline if decision is not None else None
         # the phase's outermost loops (no for around them) poll the cancel word: once per
-        # iteration of the loop threads split, cheap next to the loop nest inside it
-        poll = self.loop_depth == 0
+        # iteration of the loop threads split, cheap next to the loop nest inside it; a split
+        # loop with nothing nested is run in chunks by the runtime instead (PhaseDecision.chunked)
+        poll = self.loop_depth == 0 and not (decision is not None and decision.chunked)
         self.loop_depth += 1
         try:
             if pipeline is not None:  # always an outermost loop: it polls too
                 self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
                 return
-            if poll and not footprints and not _has_for(node.for_get_body()):
+            if poll and not footprints and not contains_loop(node.for_get_body()):
                 self._emit_polled_innermost_for(node, name, init, env, restricted)
                 return
             init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted, poll=poll)
@@ -150,9 +134,10 @@ class LoopLowering(LoweringState):
     def _emit_polled_innermost_for(
         self, node: isl.AstNode, name: str, init: ll.Value, env: dict[str, ll.Value], restricted: bool
     ) -> None:
-        """A phase's only loop (no loop inside it, as in an elementwise kernel), strip-mined into
-        blocks of POLL_BLOCK iterations: the cancel word is polled once per block, outside the
-        inner loop, so that the inner loop keeps a single exit and LLVM still vectorises it."""
+        """A phase's only loop (no loop inside it) that threads do not split, so the runtime
+        cannot chunk it (a scan, say), strip-mined into blocks of POLL_BLOCK iterations: the
+        cancel word is polled once per block, outside the inner loop, so that the inner loop
+        keeps a single exit and LLVM still vectorises it."""
         b = self.b
         if restricted:
             init = b.select(b.icmp_signed(">", self.lo, init), self.lo, init)

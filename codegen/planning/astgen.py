@@ -109,6 +109,24 @@ def unwrap(node: isl.AstNode) -> isl.AstNode:
     return node
 
 
+def contains_loop(node: isl.AstNode) -> bool:
+    """Whether a for loop is nested anywhere in `node`."""
+    t = node.get_type()
+    NT = isl.ast_node_type
+    if t == NT.for_:
+        return True
+    if t == NT.block:
+        children = node.block_get_children()
+        return any(contains_loop(children.get_at(i)) for i in range(children.n_ast_node()))
+    if t == NT.mark:
+        return contains_loop(node.mark_get_node())
+    if t == NT.if_:
+        return contains_loop(node.if_get_then_node()) or (
+            node.if_has_else_node() and contains_loop(node.if_get_else_node())
+        )
+    return False
+
+
 def leaves_under(
     node: isl.AstNode, leaves: Mapping[str, Leaf], *, through_ifs: bool = True
 ) -> list[Leaf] | None:

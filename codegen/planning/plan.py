@@ -25,7 +25,16 @@ from tensorlang import ir
 from tensorlang.errors import InternalError, verification_enabled
 
 from ..host import workspace_bytes
-from .astgen import Footprint, LoopAst, Phase, build_ast, evaluate_ast_int, loop_range, unwrap
+from .astgen import (
+    Footprint,
+    LoopAst,
+    Phase,
+    build_ast,
+    contains_loop,
+    evaluate_ast_int,
+    loop_range,
+    unwrap,
+)
 from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
@@ -62,11 +71,13 @@ Param = str | Extent  # an isl parameter's name, or a tensor extent
 @dataclass(frozen=True)
 class PhasePlan:
     """How the runtime dispatches one phase for one call: the (first, stop, step) of the loop
-    whose iterations threads split, if any, and the phase's work in statement instances."""
+    whose iterations threads split, if any, the phase's work in statement instances, and whether
+    the runtime runs that loop in chunks, checking the cancel word between them (`chunked`)."""
 
     index: int
     loop_range: tuple[int, int, int] | None
     work: int
+    chunked: bool = False
 
 
 class PlanError(InternalError):
@@ -89,6 +100,10 @@ class PhaseDecision:
     split: Split
     prefetch: tuple[Footprint, ...]  # rows each outer iteration prefetches for the next
     pipeline: PipelinePlan | None  # row pipelining of the outer loop, if any
+    # The generated code polls the cancel word once per outer iteration. A split outer loop with
+    # no loop inside it (an elementwise kernel) does not: a poll there would stop LLVM from
+    # vectorising it, so the runtime runs its iterations in chunks and checks between them.
+    chunked: bool = False
 
     def describe(self, phase: Phase) -> str:
         parts = [f"phase {self.index}: {', '.join(phase.statements) or 'no statements'}"]
@@ -97,6 +112,8 @@ class PhaseDecision:
             parts.append(f"pipelined ({self.pipeline.trip} elements per row)")
         if self.prefetch:
             parts.append(f"prefetches {', '.join(f.tensor for f in self.prefetch)}")
+        if self.chunked:
+            parts.append("run in chunks (cancel checked between them)")
         return "; ".join(parts)
 
 
@@ -209,7 +226,7 @@ class KernelPlan:
                 gemm = self.contractions[phase.statements[0]]
                 r = self.scop.statement(gemm.statement).statement.range_of(gemm.m)
                 span = (compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes), 1)
-            runs.append(PhasePlan(decision.index, span, work))
+            runs.append(PhasePlan(decision.index, span, work, decision.chunked and span is not None))
         return tuple(runs)
 
 
@@ -270,6 +287,7 @@ def plan_kernel(
             _split(phase, contractions),
             _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
             pipelines.get(n),
+            _chunked(phase, contractions),
         )
         for n, phase in enumerate(ast.phases)
     )
@@ -290,6 +308,16 @@ def plan_kernel(
     )
     plan.verify()
     return plan
+
+
+def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:
+    """Whether the runtime runs the phase's split outer loop in chunks: it has no loop inside and
+    calls no GEMM (whose outer loop is cheap to poll, and which polls inside too)."""
+    if _split(phase, contractions) is not Split.OUTER_LOOP or any(
+        s in contractions for s in phase.statements
+    ):
+        return False
+    return not contains_loop(unwrap(phase.loop).for_get_body())
 
 
 def _reschedule(

@@ -41,6 +41,9 @@ MIN_PARALLEL_WORK = 1 << 18
 # waiting thread's wake-ups cost about 0.1 ms (measured: 10% of a 512³ sgemm when it was 2^22);
 # a shorter call delivers the interrupt when it returns, which is soon enough
 WATCHED_WORK = 1 << 26
+# statement instances of one chunk of a chunked phase (PhasePlan.chunked): milliseconds of work,
+# so that an interrupt is seen soon, against some microseconds per extra call
+CHUNK_WORK = 1 << 22
 POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal handlers
 
 _pool: ThreadPoolExecutor | None = None
@@ -148,16 +151,25 @@ class _Watch:
         self._cond = threading.Condition(threading.Lock())
         self._inside = 0
 
-    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple) -> Future:
-        return executor.submit(self._run, entry, args)
+    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges) -> Future:
+        return executor.submit(self._run, entry, args, ranges)
 
-    def _run(self, entry, args: tuple) -> int:
+    def _run(self, entry, args: tuple, ranges: list[tuple[int, int]]) -> int:
+        """Run the piece: one call per [lo, hi) of `ranges` (the args' own lo and hi replaced),
+        checking the cancel word before each."""
         with self._cond:
             if self.word[0]:
                 return ERROR_CANCELLED
             self._inside += 1
         try:
-            return entry(*args)
+            buffers, params, error, phase, _, _, workspace, cancel = args
+            for lo, hi in ranges:
+                if self.word[0]:
+                    return ERROR_CANCELLED
+                code = entry(buffers, params, error, phase, lo, hi, workspace, cancel)
+                if code:
+                    return code
+            return 0
         finally:
             with self._cond:
                 self._inside -= 1
@@ -188,6 +200,18 @@ class _Watch:
                 return
             except BaseException:  # noqa: BLE001 — a second interrupt: keep waiting
                 continue
+
+
+def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The calls one piece [lo, hi) of a phase is run as: one, or for a chunked phase as many
+    as keep each near CHUNK_WORK instances (its generated code does not poll the cancel word)."""
+    if not plan.chunked or plan.loop_range is None:
+        return [(lo, hi)]
+    first, stop, step = plan.loop_range
+    total = max(1, -(-(stop - first) // step))
+    mine = -(-(hi - lo) // step)
+    parts = -(-plan.work * mine // total // CHUNK_WORK)
+    return chunks((lo, hi, step), parts)
 
 
 def run_phases(
@@ -243,7 +267,8 @@ def _run_phases(
             watch = _Watch()
         if len(pieces) <= 1:
             ws = leased[0][1]
-            calls = [(error, INT64_MIN, INT64_MAX, ws)]
+            whole = plan.loop_range[:2] if plan.chunked else (INT64_MIN, INT64_MAX)
+            calls = [(error, *whole, ws)]
             pool = _serial_executor()
         else:
             if len(leased) < len(pieces):  # this call's workspaces: one per piece, kept until it ends
@@ -257,6 +282,7 @@ def _run_phases(
                     pool,
                     entry,
                     (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
+                    _ranges(plan, lo, hi),
                 )
                 for err, lo, hi, ws in calls
             ]

@@ -216,3 +216,57 @@ def test_strip_mined_single_loop_matches_numpy(monkeypatch, n, threads):
     got = tl.compile(ELEMENTWISE, options=tl.Options(threads=threads))(a, b)
     want = np.tanh(a * b) * np.float32(0.5) + a
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=2e-6)
+
+
+SCAN = """def scan(float(N) A, float(N) Z) -> (B) {
+  B(i) = Z(i)
+  B(i) = B(i - 1) + A(i) where i in 1:N
+}"""
+
+
+@pytest.mark.parametrize("n", [7, 65536, 65537, 2 * 65536 + 3])
+def test_serial_single_loop_is_strip_mined_and_polls(n):
+    """A lone loop that threads cannot split (a scan) polls once per block of 65536 iterations
+    inside the generated code: the blocks join up exactly, and a set cancel word stops it."""
+    import ctypes
+
+    import numpy as np
+
+    import tensorlang as tl
+    from codegen.lowering.abi import ERROR_CANCELLED
+
+    k = tl.compile(SCAN, options=tl.Options(threads=1))
+    a = np.random.default_rng(n).uniform(0, 1, n).astype(np.float32)
+    z = np.zeros(n, np.float32)
+    got = k(a, z)
+    want = np.concatenate([[0.0], np.add.accumulate(a[1:], dtype=np.float32)]).astype(np.float32)
+    np.testing.assert_array_equal(got, want)  # sequential float32 sums, bit for bit
+
+    spec = k._specialisation({"N": n})
+    from codegen.planning.plan import Split
+
+    serial = [d.index for d in spec.plan.phases if d.split is Split.SERIAL]
+    assert serial and not any(d.chunked for d in spec.plan.phases if d.index in serial)
+    arrays = {"A": a, "Z": z, "B": np.full(n, -1.0, np.float32)}
+    pointers = (ctypes.c_void_p * len(spec.layout.tensors))(
+        *[arrays[t].ctypes.data for t in spec.layout.tensors]
+    )
+    error, cancel = np.zeros(4, np.int64), np.ones(1, np.int32)
+    args = (ctypes.addressof(pointers), spec.params_address, error.ctypes.data)
+    code = spec.code.entry(*args, serial[-1], -(2**63), 2**63 - 1, 0, cancel.ctypes.data)
+    assert code == ERROR_CANCELLED
+    assert (arrays["B"][1:] == -1.0).all()  # stopped before its first block
+
+
+def test_chunked_phase_runs_in_chunks_and_stops_between_them():
+    """A split loop with nothing nested does not poll in its code: the runtime runs it in chunks
+    of about CHUNK_WORK instances and checks the cancel word between them."""
+    from codegen.planning.plan import PhasePlan
+    from codegen.runtime.parallel import CHUNK_WORK, _ranges
+
+    plan = PhasePlan(0, (0, 10 * CHUNK_WORK + 7, 1), 10 * CHUNK_WORK + 7, chunked=True)
+    ranges = _ranges(plan, 0, 10 * CHUNK_WORK + 7)
+    assert len(ranges) == 11 and ranges[0][0] == 0 and ranges[-1][1] == 10 * CHUNK_WORK + 7
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, no gap or overlap
+    assert _ranges(PhasePlan(0, (0, 100, 1), 100, chunked=True), 0, 100) == [(0, 100)]
+    assert _ranges(PhasePlan(0, (0, 100, 1), 1 << 40), 0, 100) == [(0, 100)]  # not chunked
