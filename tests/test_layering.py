@@ -21,14 +21,16 @@ ALLOWED = {("tensorlang/__init__.py", "codegen")}
 
 # Inside codegen, rooms import one way too: host ← emit (IR emitters that know nothing of
 # schedules); host ← planning (isl AST planning, no LLVM); lowering imports planning, emit and
-# host; the runtime (Kernel, thread pool, arguments) and the top-level modules (driver, the
-# public Options: "top") import anything.
-CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "runtime")
+# host; export (ahead-of-time objects and C headers) imports lowering, planning, emit and host;
+# the runtime (Kernel, thread pool, arguments) and the top-level modules (driver, the public
+# Options, aot: "top") import anything.
+CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "export", "runtime")
 ROOM_MAY_IMPORT = {
     "host": {"host"},
     "emit": {"emit", "host"},
     "planning": {"planning", "host"},
     "lowering": {"lowering", "planning", "emit", "host"},
+    "export": {"export", "lowering", "planning", "emit", "host"},
     "runtime": {*CODEGEN_ROOMS, "top"},
     "top": {*CODEGEN_ROOMS, "top"},
 }
