@@ -108,11 +108,6 @@ def export_schedule(
         raise TensorLangError(f"{program.name}: internal compiler error while planning: {exc}") from exc
     if fixed is not None:
         _check_fixed_sizes(plan, fixed)
-    elif any(c.violation is not None for c in plan.scop.checks):
-        raise TensorLangError(
-            f"{program.name}: some accesses are in bounds only for some sizes; the generic export "
-            f"cannot check that at call time: export with sizes="
-        )
     try:
         module, layout = lower_to_llvm(plan)
         define_entry(module, plan, layout, name)

@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import islpy as isl
 import llvmlite.ir as ll
 import sympy
 
@@ -106,3 +107,26 @@ class SizeIR:
             negated = self._floor_div(b.neg(r.num), r.den)  # ⌈x⌉ = -⌊-x⌋
             return _Rational(b.neg(negated), 1)
         raise UnsupportedSizeExpression(f"size expression {e} cannot be computed in exported code")
+
+
+def in_parameter_set(b: ll.IRBuilder, params: isl.Set, values: Mapping[str, ll.Value]) -> ll.Value:
+    """Whether the isl parameters' `values` lie in `params` (a set over parameters only): an OR
+    over its basic sets of an AND over their affine constraints."""
+    kind = isl.dim_type.param
+    inside = ll.Constant(V.I1, 0)
+    for basic in params.get_basic_sets():
+        if basic.dim(isl.dim_type.div) or basic.dim(isl.dim_type.set):  # no existentials in plain IR
+            raise UnsupportedSizeExpression(
+                f"the call-time bounds check {params} is not a plain affine condition"
+            )
+        names = [basic.get_dim_name(kind, i) for i in range(basic.dim(kind))]
+        every = ll.Constant(V.I1, 1)
+        for c in basic.get_constraints():
+            total = _const(int(c.get_constant_val().to_python()))
+            for i, name in enumerate(names):
+                coeff = int(c.get_coefficient_val(kind, i).to_python())
+                if coeff:
+                    total = b.add(total, b.mul(values[name], _const(coeff)))
+            every = b.and_(every, b.icmp_signed("==" if c.is_equality() else ">=", total, _const(0)))
+        inside = b.or_(inside, every)
+    return inside

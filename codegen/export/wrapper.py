@@ -18,7 +18,7 @@ from ..emit import values as V
 from ..emit.gemm_pack import loop
 from ..lowering.abi import ERROR_CANCELLED, ERROR_DIVISION, ERROR_INDEX, KernelLayout
 from ..planning.plan import Extent, KernelPlan, Param
-from .sizes_ir import SizeIR
+from .sizes_ir import SizeIR, in_parameter_set
 
 ERROR_SIZES = 4  # a size is negative, beyond int32, or breaks a requirement of the def
 ERROR_NOT_EXPORTED = 5  # a specialised export called with sizes other than the exported ones
@@ -30,7 +30,7 @@ ERROR_MESSAGES: dict[int, str] = {
     ERROR_DIVISION: "integer division by zero",
     ERROR_CANCELLED: "the call was cancelled",
     ERROR_SIZES: "invalid sizes: negative, larger than 2^31-1, breaking a requirement of the def, "
-    "or giving a tensor a negative extent or more than 2^63 bytes",
+    "taking an access out of its tensor's bounds, or giving a tensor a negative extent or more than 2^63 bytes",
     ERROR_NOT_EXPORTED: "sizes other than the ones this kernel was exported (specialised) for",
     ERROR_MEMORY: "out of memory",
 }
@@ -55,10 +55,16 @@ def tensor_pointer(t: ir.Tensor) -> ll.Type:
     return V.memory_type(t.dtype).as_pointer()
 
 
-def param_exprs(plan: KernelPlan, layout: KernelLayout) -> dict[Param, sympy.Expr]:
-    """Each kernel parameter as a size expression: sizes, derived isl parameters, tensor extents."""
+def isl_param_exprs(plan: KernelPlan) -> dict[str, sympy.Expr]:
+    """Each isl parameter (by its isl name) as a size expression: a size, or a derived parameter."""
     by_isl = {isl_param_name(s.name): sympy.Symbol(s.name) for s in plan.program.sizes}
     by_isl.update(plan.scop.params.derived)
+    return by_isl
+
+
+def param_exprs(plan: KernelPlan, layout: KernelLayout) -> dict[Param, sympy.Expr]:
+    """Each kernel parameter as a size expression: sizes, derived isl parameters, tensor extents."""
+    by_isl = isl_param_exprs(plan)
     exprs: dict[Param, sympy.Expr] = {}
     for p in layout.params:
         exprs[p] = plan.program.tensor(p.tensor).shape[p.dim] if isinstance(p, Extent) else by_isl[p]
@@ -156,6 +162,13 @@ class EntryBuilder:
         if self.plan.sizes is None:  # fixed sizes were checked when exporting
             for r in self.program.requirements:
                 self.require(b.icmp_signed("==", emit.integer(r.expr), c64(0)), ERROR_SIZES)
+            # affine accesses proved in bounds only for some sizes (Kernel._check_preconditions)
+            violations = [c.violation for c in self.plan.scop.checks if c.violation is not None]
+            if violations:
+                exprs = isl_param_exprs(self.plan)
+                values = {name: emit.integer(expr) for name, expr in exprs.items()}
+                for violation in violations:
+                    self.require(b.not_(in_parameter_set(b, violation, values)), ERROR_SIZES)
         return emit
 
     def tensor_bytes(self, emit: SizeIR, t: ir.Tensor) -> ll.Value:

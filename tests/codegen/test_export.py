@@ -229,3 +229,23 @@ def test_temporaries_are_allocated_shared_and_zeroed(tmp_path, specialised):
     for _ in range(2):  # a second call starts from zeros again
         assert call(x, got, sizes=(30, 20)) == 0
         np.testing.assert_allclose(got, 3 * x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+def test_generic_export_checks_bounds_that_depend_on_sizes(tmp_path):
+    """A(i + 2) stays in bounds only while M <= N - 2: the runtime checks that per call, and so
+    does the generic C entry."""
+    source = "def shift(float(N) A, float(M) Q) -> (B) {\n  B(i) = A(i + 2) + Q(i) where i in 0:M\n}\n"
+    _, call, _ = load(export(source, path=tmp_path))
+    a, q, got = np.arange(10, dtype=np.float32), np.ones(9, np.float32), np.zeros(9, np.float32)
+    assert call(a, q, got, sizes=(10, 8)) == 0
+    np.testing.assert_array_equal(got[:8], a[2:] + 1)
+    assert call(a, q, got, sizes=(10, 9)) == ERROR_SIZES
+
+
+def test_generic_export_computes_derived_parameters(tmp_path):
+    """B's extent N*M is a derived isl parameter: the entry computes it from the sizes."""
+    source = "def flat(float(N, M) A) -> (B) {\n  B(k) = A(k / M, k % M) where k in 0:N*M\n}\n"
+    _, call, _ = load(export(source, path=tmp_path))
+    a, got = np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros(12, np.float32)
+    assert call(a, got, sizes=(3, 4)) == 0
+    np.testing.assert_array_equal(got, a.ravel())
