@@ -59,3 +59,12 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite the golden files under tests/golden with today's output instead of comparing",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compilation_cache(tmp_path_factory):
+    """The persistent compilation cache lives in a fresh directory for each test session (and
+    the processes its tests start): tests never read or fill the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("tensorlang-cache")))
+        yield

@@ -1,4 +1,4 @@
-"""lowering: tl_gemm_<dtype> IR → JIT-compiled machine code, compiled once per process and shared by every kernel."""
+"""lowering: tl_gemm_<dtype> IR → JIT-compiled machine code, compiled once per process (or loaded from the disk cache) and shared by every kernel."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..emit.gemm_kernel import cancellable_gemm_symbol, define_gemm, gemm_symbol
-from ..host import GemmBlocking
-from .jit import _lock, new_target_machine, optimise
+from ..host import GemmBlocking, gemm_blocking
+from . import disk_cache
+from .jit import _lock, compile_module, load_object, optimise
 
 
 def gemm_signature(dtype: str):
@@ -31,26 +32,55 @@ class CompiledGemm:
     fn: ctypes._CFuncPtr
     address: int
     cancellable: int
+    object_code: bytes = b""
+    from_cache: bool = False
+
+
+def _addresses(engine: llvm.ExecutionEngine, dtype: str) -> tuple[int, int]:
+    return engine.get_function_address(gemm_symbol(dtype)), engine.get_function_address(
+        cancellable_gemm_symbol(dtype)
+    )
 
 
 def compile_gemm(dtype: str, cfg: GemmBlocking | None = None) -> CompiledGemm:
     """JIT-compile a module holding only tl_gemm_<dtype> (stand-alone: tests, benchmarks)."""
     module = ir.Module(name=f"gemm_{dtype}")
-    fn = define_gemm(module, dtype, cfg)
+    define_gemm(module, dtype, cfg)
     with _lock:
         ref = optimise(module)
-        engine = llvm.create_mcjit_compiler(ref, new_target_machine())
-        engine.finalize_object()
-        address = engine.get_function_address(fn.name)
-        cancellable = engine.get_function_address(cancellable_gemm_symbol(dtype))
-    return CompiledGemm(engine, ref, gemm_signature(dtype)(address), address, cancellable)
+        engine, data = compile_module(ref)
+        address, cancellable = _addresses(engine, dtype)
+    return CompiledGemm(engine, ref, gemm_signature(dtype)(address), address, cancellable, data)
+
+
+def cached_gemm(dtype: str) -> CompiledGemm:
+    """tl_gemm_<dtype> with the host's blocking: its object code from the disk cache (keyed by
+    dtype, blocking and the environment), else compiled and stored there."""
+    key = disk_cache.cache_key("gemm", dtype=dtype, blocking=repr(gemm_blocking(dtype)))
+    entry = disk_cache.load(key)
+    if entry is not None:
+        data, _ = entry
+        try:
+            with _lock:
+                engine, module = load_object(data)
+                address, cancellable = _addresses(engine, dtype)
+            if address and cancellable:
+                fn = gemm_signature(dtype)(address)
+                return CompiledGemm(engine, module, fn, address, cancellable, data, from_cache=True)
+        except RuntimeError:  # LLVM rejected it: compile and overwrite
+            pass
+    compiled = compile_gemm(dtype)
+    if compiled.object_code:
+        disk_cache.store(key, compiled.object_code, {"kind": "gemm", "dtype": dtype})
+    return compiled
 
 
 @functools.cache
 def shared_gemm(dtype: str) -> CompiledGemm:
-    """Compile tl_gemm_<dtype> once per process and publish its address to the JIT linker, so
-    every kernel calls the same machine code instead of recompiling it (~0.4 s with O3)."""
-    compiled = compile_gemm(dtype)
+    """Compile tl_gemm_<dtype> once per process (or load it from the disk cache) and publish its
+    address to the JIT linker, so every kernel calls the same machine code instead of
+    recompiling it (~0.4 s with O3)."""
+    compiled = cached_gemm(dtype)
     llvm.add_symbol(gemm_symbol(dtype), compiled.address)
     llvm.add_symbol(cancellable_gemm_symbol(dtype), compiled.cancellable)
     return compiled

@@ -6,6 +6,7 @@ import ctypes
 import functools
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -56,12 +57,19 @@ def optimise(module: ll.Module, opt: int = 3, vectorize: bool = True) -> llvm.Mo
 
 @dataclass
 class MachineCode:
-    """A JIT-compiled module; `entry` is the address of tl_kernel. Keep it alive while used."""
+    """A JIT-compiled module; `entry` is the address of tl_kernel. Keep it alive while used.
+    `object_code` is the object file the engine loaded (what the disk cache stores)."""
 
     engine: llvm.ExecutionEngine
     module: llvm.ModuleRef
     entry: ctypes._CFuncPtr
-    optimised_ir: str  # the module as optimised, before machine-code generation rewrote it
+    ir_text: str | Callable[[], str]  # the optimised module, or how to rebuild it (a cache hit)
+    object_code: bytes | None = None
+
+    @functools.cached_property
+    def optimised_ir(self) -> str:
+        """The module as optimised, before machine-code generation rewrote it."""
+        return self.ir_text if isinstance(self.ir_text, str) else self.ir_text()
 
 
 # tl_kernel(buffers, params, error, phase, lo, hi, workspace, cancel); ctypes releases the GIL during
@@ -80,15 +88,48 @@ KERNEL_SIGNATURE = ctypes.CFUNCTYPE(
 )
 
 
+def compile_module(ref: llvm.ModuleRef) -> tuple[llvm.ExecutionEngine, bytes]:
+    """An engine holding the (optimised) module's machine code, and that code as an object
+    file. Call with `_lock` held."""
+    objects = []
+    # the engine takes ownership of its target machine, so it gets a fresh one
+    engine = llvm.create_mcjit_compiler(ref, new_target_machine())
+    engine.set_object_cache(notify_func=lambda _module, data: objects.append(data))
+    engine.finalize_object()
+    return engine, b"".join(objects[-1:])
+
+
+def load_object(data: bytes) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
+    """An engine holding an object file written by `compile_module` (its external symbols, the
+    shared GEMM bodies, must be published first). Call with `_lock` held; raises RuntimeError
+    when LLVM cannot load it."""
+    initialise_llvm()
+    empty = llvm.parse_assembly("")
+    tm = new_target_machine()
+    empty.triple = tm.triple
+    engine = llvm.create_mcjit_compiler(empty, tm)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+    engine.finalize_object()
+    return engine, empty
+
+
 def jit(module: ll.Module, vectorize: bool = True) -> MachineCode:
     with _lock:
         ref = optimise(module, vectorize=vectorize)
         text = str(ref)
-        # the engine takes ownership of its target machine, so it gets a fresh one
-        engine = llvm.create_mcjit_compiler(ref, new_target_machine())
-        engine.finalize_object()
+        engine, data = compile_module(ref)
         address = engine.get_function_address("tl_kernel")
-    return MachineCode(engine, ref, KERNEL_SIGNATURE(address), text)
+    return MachineCode(engine, ref, KERNEL_SIGNATURE(address), text, data or None)
+
+
+def jit_object(data: bytes, ir_text: Callable[[], str]) -> MachineCode:
+    """Machine code from a cached object file holding tl_kernel (RuntimeError if unusable)."""
+    with _lock:
+        engine, module = load_object(data)
+        address = engine.get_function_address("tl_kernel")
+    if not address:
+        raise RuntimeError("the object code defines no tl_kernel")
+    return MachineCode(engine, module, KERNEL_SIGNATURE(address), ir_text, data)
 
 
 def assembly_of(module: ll.Module) -> str:

@@ -20,8 +20,8 @@ from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
 from ..lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
-from ..lowering.gemm_jit import shared_gemm
-from ..lowering.jit import MachineCode, assembly_of, jit, optimise
+from ..lowering.build import build
+from ..lowering.jit import MachineCode, assembly_of, optimise
 from ..lowering.lower import lower_to_llvm
 from ..options import Options
 from ..planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
@@ -84,7 +84,8 @@ class Kernel:
         self._lock = threading.Lock()  # held while building a specialisation
         self._cache_lock = threading.Lock()  # held briefly for the two caches' bookkeeping
         renew_after_fork(self)
-        self.compile_count = 0  # number of JIT compilations so far (observable cache behaviour)
+        self.compile_count = 0  # specialisations built so far (observable cache behaviour)
+        self.disk_hits = 0  # of those, how many were loaded from the disk cache
 
     def after_fork(self) -> None:
         """In a forked child: fresh locks (another thread of the parent may have held them)."""
@@ -281,16 +282,17 @@ class Kernel:
             raise TensorLangError(f"{self.name}: internal compiler error while planning: {exc}") from exc
 
     def _compiled(self, plan: KernelPlan) -> tuple[MachineCode, KernelLayout]:
+        """Machine code for a plan: from the disk cache (codegen/lowering/disk_cache.py) or
+        generated. Either way `compile_count` counts it (machine code obtained for a plan, the
+        observable behaviour of the in-memory caches); `disk_hits` counts those loaded from disk."""
         try:
-            module, layout = lower_to_llvm(plan)
-            for contraction in plan.contractions.values():  # GEMM bodies: compiled once per process
-                shared_gemm(self.program.tensor(contraction.c.tensor).dtype.numpy_name)
-            code = jit(module, vectorize=plan.vectorize)
+            code, layout, hit = build(plan)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
             raise TensorLangError(
                 f"{self.name}: internal compiler error while generating code: {exc}"
             ) from exc
         self.compile_count += 1
+        self.disk_hits += hit
         return code, layout
 
     def _build(self, sizes: Mapping[str, int]) -> Specialisation:
