@@ -17,10 +17,13 @@ def export(
     sizes: Mapping[str, int] | None = None,
     options: Options | None = None,
     path: str | os.PathLike,
+    filename: str = "<source>",
 ) -> ExportResult:
     """Compile the def `name` (or the only def) of `source` ahead of time into the directory
     `path`: `<def>.o`, `<def>.h` and, when a linker exists, `<def>.so`, whose C function is named
     after the def (README "Ahead-of-time export"). With `sizes=` the code is specialised to
-    them; otherwise it is the generic kernel."""
-    kernel = compile_source(source, name, options=options)  # front end, scop, schedule; no JIT
+    them; otherwise it is the generic kernel. `filename` locates errors, as for `compile`."""
+    kernel = compile_source(
+        source, name, options=options, filename=filename
+    )  # front end, scop, schedule; no JIT
     return export_schedule(kernel.schedule, kernel.options.codegen, path, None, sizes)
