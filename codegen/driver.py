@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import islpy as isl
 
 from polyhedral import build_scop
 from scheduler import compute_schedule
 from tensorlang import frontend
-from tensorlang.errors import TensorLangError, verification_enabled
+from tensorlang.errors import TensorLangError, TensorLangWarning, verification_enabled
 
 from .options import Options
 from .runtime.kernel import Kernel
@@ -42,4 +44,12 @@ def compile(  # noqa: A001
         raise TensorLangError(
             f"{program.name}: internal compiler error in the polyhedral stages: {exc}"
         ) from exc
-    return Kernel(program, schedule, options, syntax_text)
+    return Kernel(program, schedule, options, syntax_text, source=source, filename=filename)
+
+
+def unpickle_kernel(source: str, name: str, options: Options, filename: str) -> Kernel:
+    """A pickled Kernel: compiled again from its source. The warnings were given when it was
+    first compiled, so they are not repeated (in every worker of a pool, say)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TensorLangWarning)
+        return compile(source, name, options=options, filename=filename)

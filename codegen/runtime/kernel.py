@@ -65,12 +65,22 @@ class Kernel:
     would have copied into at the end keeps its old values; nothing is written afterwards.
     """
 
-    def __init__(self, program: ir.Program, schedule: Schedule, options: Options, syntax_text: str):
+    def __init__(
+        self,
+        program: ir.Program,
+        schedule: Schedule,
+        options: Options,
+        syntax_text: str,
+        source: str | None = None,
+        filename: str = "<source>",
+    ):
         self.program = program
         self.schedule = schedule
         self.scop: Scop = schedule.scop
         self.options = options
         self._syntax_text = syntax_text
+        self.source = source  # the text compiled (tl.compile keeps it): what a pickle carries
+        self.filename = filename
         self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
         self._input_dims = args_.input_dims(program)
         # tensors a `+=`-without-`!` accumulates into first: they start from zeros (or out=)
@@ -91,6 +101,15 @@ class Kernel:
         """In a forked child: fresh locks (another thread of the parent may have held them)."""
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
+
+    def __reduce__(self):
+        """Pickled as source, name, options and filename, never machine code, locks or caches:
+        unpickling compiles again (in a child process of a pool, say)."""
+        if self.source is None:
+            raise TypeError(f"{self!r} cannot be pickled: it was not made by tl.compile (no source text)")
+        from ..driver import unpickle_kernel
+
+        return unpickle_kernel, (self.source, self.name, self.options, self.filename)
 
     @property
     def name(self) -> str:
