@@ -2,7 +2,7 @@
 
 The front end (this package) turns source text into a checked `ir.Program`; `compile` and
 `Kernel` and `Options` come from `codegen` (the most downstream stage) and are re-exported lazily, the one
-sanctioned upward reference.
+sanctioned upward reference. `__version__` is looked up lazily too (no import of islpy or llvmlite).
 """
 
 from __future__ import annotations
@@ -33,9 +33,36 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The package's version. From a source checkout (a pyproject.toml of project tensorlang next to
+    the package), that file's: an editable install's metadata keeps the version it was installed
+    with. Otherwise the installed distribution's metadata."""
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
+
+        try:
+            project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            project = {}
+        if project.get("name") == "tensorlang" and isinstance(project.get("version"), str):
+            return project["version"]
+    from importlib import metadata
+
+    try:
+        return metadata.version("tensorlang")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str):
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 
         return getattr(driver, name)
+    if name == "__version__":
+        version = globals()["__version__"] = _version()
+        return version
     raise AttributeError(f"module 'tensorlang' has no attribute {name!r}")

@@ -1,4 +1,9 @@
-"""cli: command line → a stage's text (`--emit`) or a timed run on random inputs (`run`)."""
+"""cli: command line → a stage's text (`--emit`) or a timed run on random inputs (`run`).
+
+`main` dispatches on the first word: a name in `COMMANDS` runs that subcommand with the rest of
+the arguments; anything else is the `--emit` form. A new subcommand is one more entry there
+(a function from its arguments to an exit status that raises TensorLangError for user mistakes).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,34 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import TensorLangError
 
 EMIT_STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
+FUSION_CHOICES = ("auto", "max", "none")
 
-USAGE = """\
-tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...]
-tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S]
+USAGE = (
+    """\
+tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...] [OPTIONS]
+tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S] [OPTIONS]
+tensorlang --version
 
-stages: """ + ", ".join(EMIT_STAGES)
+stages: """
+    + ", ".join(EMIT_STAGES)
+    + """
+options: --threads N, --fusion auto|max|none, --tile 32,32,64 (or 32), --no-specialize, --fast-math"""
+)
+
+
+def _add_option_flags(p: argparse.ArgumentParser) -> None:
+    """The compilation options (tl.Options) both forms accept; values are checked by `_options`."""
+    g = p.add_argument_group("compilation options")
+    g.add_argument("--threads", metavar="N", help="threads for parallel loops (default: all cores)")
+    g.add_argument("--fusion", metavar="auto|max|none", help="fusion strategy (default auto)")
+    g.add_argument("--tile", metavar="32,32,64", help="tile sizes of the outermost band (or one int for all)")
+    g.add_argument("--no-specialize", action="store_true", help="one parametric kernel for every size")
+    g.add_argument("--fast-math", action="store_true", help="allow floating-point reassociation")
 
 
 def _emit_parser() -> argparse.ArgumentParser:
@@ -28,6 +50,7 @@ def _emit_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--size", action="append", default=[], metavar="N=8", help="specialise plan/loops/llvm/asm to a size"
     )
+    _add_option_flags(p)
     return p
 
 
@@ -39,6 +62,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", action="store_true", help="time repeated calls and report the median")
     p.add_argument("--repeat", type=int, default=20, help="calls timed with --bench (default 20)")
     p.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    _add_option_flags(p)
     return p
 
 
@@ -48,6 +72,49 @@ def _read(path: str) -> str:
             return f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise TensorLangError(f"cannot read {path}: {exc}") from exc
+
+
+def _parse_int(text: str, flag: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise TensorLangError(f"{flag} {text!r}: expected an integer") from None
+
+
+def _parse_tile(text: str) -> int | tuple[int, ...]:
+    parts = [p.strip() for p in text.replace("x", ",").split(",")]
+    try:
+        sizes = tuple(int(p) for p in parts)
+    except ValueError:
+        raise TensorLangError(
+            f"--tile {text!r}: expected an integer or integers separated by commas, e.g. 32,32,64"
+        ) from None
+    return sizes[0] if len(sizes) == 1 else sizes
+
+
+def _options(args: argparse.Namespace):
+    """The tl.Options the flags ask for (tl.Options checks the values: a bad one is a TensorLangError)."""
+    import tensorlang as tl
+
+    chosen: dict[str, object] = {}
+    if args.threads is not None:
+        chosen["threads"] = _parse_int(args.threads, "--threads")
+    if args.fusion is not None:
+        if args.fusion not in FUSION_CHOICES:
+            raise TensorLangError(f"--fusion {args.fusion!r}: choose one of {', '.join(FUSION_CHOICES)}")
+        chosen["fusion"] = args.fusion
+    if args.tile is not None:
+        chosen["tile"] = _parse_tile(args.tile)
+    if args.no_specialize:
+        chosen["specialize"] = False
+    if args.fast_math:
+        chosen["fast_math"] = True
+    try:
+        return tl.Options(**chosen)
+    except TensorLangError as exc:
+        flags = {"threads": "--threads", "tile": "--tile", "fusion": "--fusion"}
+        named = [f for k, f in flags.items() if k in chosen and k in str(exc)]
+        raise TensorLangError(f"{named[0] if named else 'option'}: {exc}") from None
 
 
 def _parse_assignment(text: str, what: str) -> tuple[str, str]:
@@ -72,22 +139,41 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, dims
 
 
+def _check_names(given: Sequence[str], valid: Sequence[str], flag: str, what: str, program: str) -> None:
+    """An unknown NAME in --size/--shape NAME=... is an error naming it and listing the valid ones."""
+    unknown = [n for n in given if n not in valid]
+    if unknown:
+        named = f"{what}{'s' if len(unknown) > 1 else ''} named {', '.join(unknown)}"
+        raise TensorLangError(
+            f"{flag}: {program} has no {named}; its {what}s are: {', '.join(valid) if valid else 'none'}"
+        )
+
+
 def _random_input(rng, tensor, shape):
+    """Random values for an input, made directly in its dtype (no float64 array first): floats
+    uniform in [-1, 1), integers in [0, 4), booleans either."""
     import numpy as np
 
     dtype = np.dtype(tensor.dtype.numpy_name)
     if dtype.kind == "f":
-        return rng.uniform(-1, 1, size=shape).astype(dtype)
+        if dtype in (np.float32, np.float64):
+            values = rng.random(shape, dtype=dtype)
+        else:  # float16: the generator makes float32 or float64 only
+            values = rng.random(shape, dtype=np.float32).astype(dtype)
+        values *= 2
+        values -= 1
+        return values
     if dtype.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(dtype)
-    return rng.integers(0, 4, size=shape).astype(dtype)
+        return rng.integers(0, 2, size=shape, dtype=bool)
+    return rng.integers(0, 4, size=shape, dtype=dtype)
 
 
 def _emit(argv: Sequence[str]) -> int:
     import tensorlang as tl
 
     args = _emit_parser().parse_args(argv)
-    kernel = tl.compile(_read(args.file), args.name, filename=args.file)
+    options = _options(args)
+    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
     sizes = None
     if args.size:
         sizes = {}
@@ -97,6 +183,8 @@ def _emit(argv: Sequence[str]) -> int:
                 sizes[name] = int(value)
             except ValueError:
                 raise TensorLangError(f"--size {item!r}: the value must be an integer") from None
+        valid = [s.name for s in kernel.program.sizes]
+        _check_names(list(sizes), valid, "--size", "size", kernel.name)
     print(kernel.inspect(args.emit, sizes=sizes))
     return 0
 
@@ -107,17 +195,16 @@ def _run(argv: Sequence[str]) -> int:
     import tensorlang as tl
 
     args = _run_parser().parse_args(argv)
+    options = _options(args)
     shapes = dict(_parse_shape(s) for s in args.shape)
     t0 = time.perf_counter()
-    kernel = tl.compile(_read(args.file), args.name, filename=args.file)
+    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
     compile_seconds = time.perf_counter() - t0
     program = kernel.program
+    _check_names(list(shapes), [t.name for t in program.inputs], "--shape", "input", program.name)
     missing = [t.name for t in program.inputs if t.name not in shapes and t.rank > 0]
     if missing:
         raise TensorLangError(f"run: give the shape of {', '.join(missing)} with --shape NAME=AxB")
-    unknown = [n for n in shapes if n not in {t.name for t in program.inputs}]
-    if unknown:
-        raise TensorLangError(f"run: {', '.join(unknown)} is not an input of {program.name}")
     rng = np.random.default_rng(args.seed)
     inputs = [_random_input(rng, t, shapes.get(t.name, ())) for t in program.inputs]
     t0 = time.perf_counter()
@@ -142,6 +229,20 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
+def _version(argv: Sequence[str]) -> int:
+    import tensorlang
+
+    print(f"tensorlang {tensorlang.__version__}")
+    return 0
+
+
+# Subcommands: the first argument → its handler (the rest of the arguments → exit status).
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "run": _run,
+    "--version": _version,
+}
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as `warning: FILE:LINE:COL: ...`, located in the user's file, not in ours."""
     print(f"warning: {message}", file=sys.stderr if file is None else file)
@@ -157,8 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     try:
-        if argv and argv[0] == "run":
-            return _run(argv[1:])
+        if argv and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:])
         return _emit(argv)
     except TensorLangError as exc:
         print(f"error: {exc}", file=sys.stderr)

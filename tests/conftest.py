@@ -1,5 +1,6 @@
-"""Shared pytest fixtures: the TC corpus from ../shared/tc_corpus/public.json, and kernel sources
-several test modules use (`from conftest import SOFTMAX`)."""
+"""Shared pytest fixtures: the TC corpus from ../shared/tc_corpus/public.json (or, without it, the
+subset shipped in tests/corpus_min.json), and kernel sources several test modules use
+(`from conftest import SOFTMAX`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("TENSORLANG_VERIFY", "1")
 
 CORPUS_PATH = REPO.parent / "shared" / "tc_corpus" / "public.json"
+# a dozen cases, invalid programs, range-inference tests and warnings copied from the corpus
+CORPUS_SUBSET_PATH = REPO / "tests" / "corpus_min.json"
 
 # Row softmax in four statements: fused into one row loop, `e` contracted to a row buffer.
 SOFTMAX = """def softmax(float(N, D) I) -> (O) {
@@ -37,16 +40,18 @@ LAYERNORM = """def layernorm(float(N, D) X) -> (Y) {
 }"""
 
 
-def load_corpus() -> dict | None:
-    """The corpus as a dict, or None when the shared folder is absent."""
-    if not CORPUS_PATH.exists():
-        return None
-    return json.loads(CORPUS_PATH.read_text())
+def load_corpus(full: bool = False) -> dict | None:
+    """The corpus as a dict: the full public corpus when ../shared holds it, else the subset
+    shipped with the tests (None instead with `full=True`)."""
+    if CORPUS_PATH.exists():
+        return json.loads(CORPUS_PATH.read_text())
+    return None if full else json.loads(CORPUS_SUBSET_PATH.read_text())
 
 
 @pytest.fixture(scope="session")
 def corpus() -> dict:
-    data = load_corpus()
+    """The full corpus (tests that count its entries); skipped when ../shared is absent."""
+    data = load_corpus(full=True)
     if data is None:
         pytest.skip(f"corpus not found at {CORPUS_PATH}")
     return data

@@ -1,23 +1,21 @@
-"""The TC corpus through the front end: valid cases, expected errors, range inference, warnings."""
+"""The TC corpus through the front end: valid cases, expected errors, range inference, warnings
+(on the subset in tests/corpus_min.json when ../shared/tc_corpus is absent)."""
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 import sympy
+from conftest import load_corpus
 
 from tensorlang import ir
 from tensorlang.errors import ParseError, SemanticError, TensorLangWarning
 from tensorlang.frontend import check_source
 
-CORPUS_PATH = Path(__file__).resolve().parents[2].parent / "shared" / "tc_corpus" / "public.json"
-CORPUS = json.loads(CORPUS_PATH.read_text()) if CORPUS_PATH.exists() else {}
-needs_corpus = pytest.mark.skipif(not CORPUS, reason=f"corpus not found at {CORPUS_PATH}")
+CORPUS = load_corpus()
 
 
 def entries(key: str) -> list:
@@ -42,7 +40,6 @@ def evaluate(shape: tuple[sympy.Expr, ...], sizes: dict[str, int]) -> list[int]:
 CALL_TIME_ZERO_START = {"convolution_igrad_1x1"}
 
 
-@needs_corpus
 @pytest.mark.parametrize("case", entries("cases"))
 def test_corpus_case_checks_with_expected_shapes_and_dtypes(case):
     program = quiet_check(case["tc"], case.get("entry"))
@@ -95,7 +92,6 @@ def message_fragment(expected_error: str) -> str:
     return expected_error.split(" here:")[0].split(". ")[0].rstrip(".").strip()
 
 
-@needs_corpus
 @pytest.mark.parametrize("entry", entries("invalid"))
 def test_corpus_invalid_program(entry):
     if "tensorlang" in entry:
@@ -141,7 +137,6 @@ def eval_tc_extent(text: str, sizes: dict[str, int]) -> int:
     return eval(text.replace("/", "//"), {"min": min, "max": max}, dict(sizes))
 
 
-@needs_corpus
 @pytest.mark.parametrize("entry", entries("range_inference_tests"))
 def test_corpus_range_inference(entry):
     name, expected = entry["name"], entry["expected"]
@@ -170,9 +165,8 @@ def test_corpus_range_inference(entry):
 # ---------------------------------------------------------------- warnings
 
 
-@needs_corpus
-def test_reduction_without_initialization_warns(corpus):
-    (entry,) = [w for w in corpus["warnings"] if w["message"].startswith("WARNING: \nReduction")]
+def test_reduction_without_initialization_warns():
+    (entry,) = [w for w in CORPUS["warnings"] if w["message"].startswith("WARNING: \nReduction")]
     for example in entry["examples"]:
         with pytest.warns(TensorLangWarning, match="Reduction without initialization") as record:
             program = check_source(example)
@@ -180,9 +174,8 @@ def test_reduction_without_initialization_warns(corpus):
         assert "<source>:1:" in str(record[0].message) and "^" in str(record[0].message)
 
 
-@needs_corpus
-def test_pitfalls_with_uninitialized_reductions_warn(corpus):
-    for pitfall in corpus["pitfalls"]:
+def test_pitfalls_with_uninitialized_reductions_warn():
+    for pitfall in CORPUS["pitfalls"]:
         if pitfall["name"].startswith("uninitialised"):
             with pytest.warns(TensorLangWarning, match="Reduction without initialization"):
                 check_source(pitfall["tc"])
