@@ -30,6 +30,7 @@ __all__ = [
     "TensorLangError",
     "TensorLangWarning",
     "compile",
+    "export",
 ]
 
 
@@ -58,6 +59,10 @@ def _version() -> str:
 
 
 def __getattr__(name: str):
+    if name == "export":  # ahead-of-time export (codegen/aot.py)
+        from codegen import aot
+
+        return aot.export
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 

@@ -23,6 +23,7 @@ USAGE = (
     """\
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...] [OPTIONS]
 tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S] [OPTIONS]
+tensorlang export FILE.tc [--name N] [--shape A=8x12 ... | --size N=8 ...] -o DIR [OPTIONS]
 tensorlang --version
 
 stages: """
@@ -229,6 +230,78 @@ def _run(argv: Sequence[str]) -> int:
     return 0
 
 
+def _export_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorlang export", usage=USAGE)
+    p.add_argument("file", help="source file (.tc)")
+    p.add_argument("--name", help="the def to export when the file holds several")
+    p.add_argument(
+        "--shape", action="append", default=[], metavar="A=8x12", help="specialise to an input's shape"
+    )
+    p.add_argument("--size", action="append", default=[], metavar="N=8", help="specialise to a size")
+    p.add_argument(
+        "-o", "--output", required=True, metavar="DIR", help="directory for NAME.o, NAME.h, NAME.so"
+    )
+    _add_option_flags(p)
+    return p
+
+
+def _export_sizes(program, shape_flags: Sequence[str], size_flags: Sequence[str]) -> dict[str, int]:
+    """Every size symbol's value from --size N=8 and the input shapes of --shape A=8x12."""
+    sizes: dict[str, int] = {}
+    for item in size_flags:
+        name, value = _parse_assignment(item, "--size")
+        try:
+            sizes[name] = int(value)
+        except ValueError:
+            raise TensorLangError(f"--size {item!r}: the value must be an integer") from None
+    _check_names(list(sizes), [s.name for s in program.sizes], "--size", "size", program.name)
+    shapes = dict(_parse_shape(s) for s in shape_flags)
+    _check_names(list(shapes), [t.name for t in program.inputs], "--shape", "input", program.name)
+    for t in program.inputs:
+        if t.name not in shapes:
+            continue
+        dims = shapes[t.name]
+        if len(dims) != t.rank:
+            raise TensorLangError(
+                f"--shape {t.name}: {t.name} has {t.rank} dimensions, the shape gives {len(dims)}"
+            )
+        for extent, value in zip(t.shape, dims):
+            if extent.is_Symbol:  # other extents follow from the sizes
+                if sizes.setdefault(str(extent), value) != value:
+                    raise TensorLangError(
+                        f"--shape {t.name}: {extent} is {sizes[str(extent)]} elsewhere, here {value}"
+                    )
+    missing = [s.name for s in program.sizes if s.name not in sizes]
+    if missing:
+        raise TensorLangError(
+            f"export: --shape/--size leave {', '.join(missing)} unknown (give all, or none)"
+        )
+    return sizes
+
+
+def _export(argv: Sequence[str]) -> int:
+    import tensorlang as tl
+
+    from . import frontend
+
+    args = _export_parser().parse_args(argv)
+    options = _options(args)
+    source = _read(args.file)
+    sizes = None
+    if args.shape or args.size:  # specialised; neither: the generic kernel
+        with warnings.catch_warnings():  # tl.export reports the front end's warnings once
+            warnings.simplefilter("ignore")
+            program = frontend.check_source(source, args.name, args.file)
+        sizes = _export_sizes(program, args.shape, args.size)
+    result = tl.export(source, args.name, sizes=sizes, options=options, path=args.output, filename=args.file)
+    for path in (result.object, result.header, result.shared):
+        if path is not None:
+            print(path)
+    if result.shared is None:
+        print("note: no linker found (cc, or the ziglang wheel): no shared library", file=sys.stderr)
+    return 0
+
+
 def _version(argv: Sequence[str]) -> int:
     import tensorlang
 
@@ -239,6 +312,7 @@ def _version(argv: Sequence[str]) -> int:
 # Subcommands: the first argument → its handler (the rest of the arguments → exit status).
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "run": _run,
+    "export": _export,
     "--version": _version,
 }
 

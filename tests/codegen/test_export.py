@@ -249,3 +249,19 @@ def test_generic_export_computes_derived_parameters(tmp_path):
     a, got = np.arange(12, dtype=np.float32).reshape(3, 4), np.zeros(12, np.float32)
     assert call(a, got, sizes=(3, 4)) == 0
     np.testing.assert_array_equal(got, a.ravel())
+
+
+def test_command_line_export(tmp_path, capsys):
+    from tensorlang import cli
+
+    (tmp_path / "mm.tc").write_text(MATMUL)
+    out = tmp_path / "build"
+    assert (
+        cli.main(["export", str(tmp_path / "mm.tc"), "--shape", "A=8x4", "--shape", "B=4x6", "-o", str(out)])
+        == 0
+    )
+    assert (out / "matmul.o").exists() and "M=8, K=4, N=6" in (out / "matmul.h").read_text()
+    assert cli.main(["export", str(tmp_path / "mm.tc"), "-o", str(out)]) == 0  # generic
+    assert "Generic" in (out / "matmul.h").read_text()
+    assert cli.main(["export", str(tmp_path / "mm.tc"), "--size", "M=8", "-o", str(out)]) == 1
+    assert "K, N unknown" in capsys.readouterr().err
