@@ -29,6 +29,8 @@ __all__ = [
     "Span",
     "TensorLangError",
     "TensorLangWarning",
+    "cache_info",
+    "clear_cache",
     "compile",
     "export",
 ]
@@ -63,6 +65,10 @@ def __getattr__(name: str):
         from codegen import aot
 
         return aot.export
+    if name in ("cache_info", "clear_cache"):  # the persistent compilation cache
+        from codegen.lowering import disk_cache
+
+        return disk_cache.info if name == "cache_info" else disk_cache.clear
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 

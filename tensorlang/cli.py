@@ -24,6 +24,7 @@ USAGE = (
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...] [OPTIONS]
 tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S] [OPTIONS]
 tensorlang export FILE.tc [--name N] [--shape A=8x12 ... | --size N=8 ...] -o DIR [OPTIONS]
+tensorlang cache info|clear
 tensorlang --version
 
 stages: """
@@ -302,6 +303,23 @@ def _export(argv: Sequence[str]) -> int:
     return 0
 
 
+def _cache(argv: Sequence[str]) -> int:
+    """`cache info`: where the compilation cache is and what it holds; `cache clear`: empty it."""
+    import tensorlang as tl
+
+    p = argparse.ArgumentParser(prog="tensorlang cache", description="the persistent compilation cache")
+    p.add_argument("action", choices=("info", "clear"))
+    args = p.parse_args(argv)
+    if args.action == "clear":
+        entries = tl.cache_info()["entries"]
+        freed = tl.clear_cache()
+        print(f"removed {entries} entries ({freed} bytes) from {tl.cache_info()['path']}")
+        return 0
+    for key, value in tl.cache_info().items():
+        print(f"{key}: {value}")
+    return 0
+
+
 def _version(argv: Sequence[str]) -> int:
     import tensorlang
 
@@ -313,6 +331,7 @@ def _version(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "run": _run,
     "export": _export,
+    "cache": _cache,
     "--version": _version,
 }
 

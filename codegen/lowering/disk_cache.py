@@ -90,12 +90,9 @@ def _codegen_source_hash() -> str:
 
 @functools.cache
 def _tensorlang_version() -> str:
-    try:
-        from importlib.metadata import version
+    import tensorlang
 
-        return version("tensorlang")
-    except Exception:  # used from a checkout without being installed
-        return "unknown"
+    return str(tensorlang.__version__)
 
 
 def environment() -> dict[str, object]:

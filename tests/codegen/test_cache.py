@@ -264,7 +264,7 @@ def test_the_gemm_object_is_cached_and_loads(cache_dir):
 
 
 def test_cache_info_and_clear(cache_dir):
-    assert disk_cache.info() == {
+    assert tl.cache_info() == {
         "path": str(cache_dir),
         "enabled": True,
         "entries": 0,
@@ -275,8 +275,22 @@ def test_cache_info_and_clear(cache_dir):
     assert cache_dir.stat().st_mode & 0o777 == 0o700  # private: it holds code we run
     info = disk_cache.info()
     assert info["entries"] == 1 and info["bytes"] > 0
-    assert disk_cache.clear() == info["bytes"]
-    assert disk_cache.info()["entries"] == 0
+    assert tl.clear_cache() == info["bytes"]
+    assert tl.cache_info()["entries"] == 0
     k = tl.compile(ROWS)
     _rows(k)
     assert k.disk_hits == 0
+
+
+def test_command_line_cache_info_and_clear(cache_dir, capsys):
+    from tensorlang.cli import main
+
+    _rows(tl.compile(ROWS))
+    assert main(["cache", "info"]) == 0
+    out = capsys.readouterr().out
+    assert f"path: {cache_dir}" in out and "entries: 1" in out and "enabled: True" in out
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert tl.cache_info()["entries"] == 0
+    with pytest.raises(SystemExit):
+        main(["cache", "shrink"])
