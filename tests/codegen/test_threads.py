@@ -86,3 +86,19 @@ def test_concurrent_calls_of_one_kernel_do_not_share_scratch_memory():
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+def test_small_gemm_stays_serial_and_larger_ones_split():
+    """sgemm 256 on 2 threads ran 25% slower than on one (the dispatch and a second packing of B
+    outweigh 2^24 multiply-adds); from about 2^25 multiply-adds (384³) two threads pay."""
+    from codegen.runtime.parallel import MIN_PARALLEL_WORK
+
+    k = tl.compile(
+        "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+        options=tl.Options(threads=2),
+    )
+
+    def gemm_work(n: int) -> int:
+        return max(p.work for p in k._specialisation({"M": n, "K": n, "N": n}).plans)
+
+    assert gemm_work(256) < MIN_PARALLEL_WORK <= gemm_work(384)
