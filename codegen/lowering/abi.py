@@ -5,8 +5,9 @@ i32* cancel) -> i32` unpacks its arguments and calls `tl_phase<phase>`, whose te
 `noalias`. Parameters are the isl parameters followed by every tensor dimension; when the code is
 specialised to concrete sizes they are compile-time constants instead. A non-zero return code
 reports a run-time error whose details are in `error[0..3]`, or ERROR_CANCELLED: another thread set
-the call's cancel word, which every phase polls once per iteration of its outermost loops (and the
-GEMM body once per macro block), so that an interrupted call stops within milliseconds.
+the call's cancel word, which phases poll once per iteration of their outermost loops (the GEMM
+body once per macro block; a split loop with nothing nested not at all: the runtime runs it in
+chunks, PhaseDecision.chunked), so that an interrupted call stops within milliseconds.
 """
 
 from __future__ import annotations

@@ -59,8 +59,9 @@ class Specialisation:
 class Kernel:
     """A compiled def. Call it with the inputs (NumPy arrays) in the def's order.
 
-    Ctrl-C during a call raises KeyboardInterrupt within milliseconds, and only once no thread
-    runs the kernel any more (codegen/runtime/parallel.py). No result is returned; an `out=` array the
+    Ctrl-C during a call raises KeyboardInterrupt only once no thread runs the kernel any more,
+    a millisecond or two after the signal for long calls; a short call (below parallel.WATCHED_WORK,
+    run on the calling thread) delivers it when it returns (codegen/runtime/parallel.py). No result is returned; an `out=` array the
     kernel writes in place (one usable directly) may then hold a partial result, one it
     would have copied into at the end keeps its old values; nothing is written afterwards.
     """

@@ -120,9 +120,9 @@ def test_interrupt_serial_call_stops_within_a_poll(tmp_path):
     check(run_child(tmp_path, {"kind": "rows", "threads": 1, "n": 16000, "k": 400000, "after": 0.3}), 2.0)
 
 
-def test_interrupt_single_loop_kernel_stops_between_blocks(tmp_path):
-    """A phase whose only loop is innermost polls once per block of iterations (so that the loop
-    still vectorises), not once per element: both threads stop all the same."""
+def test_interrupt_single_loop_kernel_stops_between_chunks(tmp_path):
+    """A split loop with nothing nested has no poll in its code (it would stop vectorisation):
+    the runtime runs each thread's share in chunks and checks the cancel word between them."""
     check(run_child(tmp_path, {"kind": "elementwise", "threads": 2, "n": 1 << 25, "after": 0.3}), 2.0)
 
 
