@@ -21,11 +21,9 @@ from tensorlang import ir
 
 from ..emit import values as V
 from ..planning.plan import Extent, Param
+from .status import ERROR_CANCELLED, ERROR_DIVISION, ERROR_INDEX  # noqa: F401 (re-exported)
 
 CANCEL = V.I32.as_pointer()  # the call's cancel word: non-zero asks the kernel to stop
-ERROR_INDEX = 1  # error = [code, check id, dim, value]
-ERROR_DIVISION = 2
-ERROR_CANCELLED = 3  # the cancel word was set (an interrupted call); error[] untouched
 
 
 @dataclass(frozen=True)

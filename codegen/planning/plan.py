@@ -38,6 +38,7 @@ from .astgen import (
 from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
+from .runs import PhasePlan
 from .storage import (
     ContractedTemporary,
     plan_buffer_sharing,
@@ -66,18 +67,6 @@ class Extent:
 
 
 Param = str | Extent  # an isl parameter's name, or a tensor extent
-
-
-@dataclass(frozen=True)
-class PhasePlan:
-    """How the runtime dispatches one phase for one call: the (first, stop, step) of the loop
-    whose iterations threads split, if any, the phase's work in statement instances, and whether
-    the runtime runs that loop in chunks, checking the cancel word between them (`chunked`)."""
-
-    index: int
-    loop_range: tuple[int, int, int] | None
-    work: int
-    chunked: bool = False
 
 
 class PlanError(InternalError):

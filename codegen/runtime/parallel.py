@@ -29,8 +29,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from ..lowering.abi import ERROR_CANCELLED
-from ..planning.plan import PhasePlan
+from ..lowering.status import ERROR_CANCELLED
+from ..planning.runs import PhasePlan
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch

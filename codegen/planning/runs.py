@@ -1,0 +1,17 @@
+"""planning: one phase's dispatch facts for one call → PhasePlan (no islpy: the runtime and the disk cache read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PhasePlan:
+    """How the runtime dispatches one phase for one call: the (first, stop, step) of the loop
+    whose iterations threads split, if any, the phase's work in statement instances, and whether
+    the runtime runs that loop in chunks, checking the cancel word between them (`chunked`)."""
+
+    index: int
+    loop_range: tuple[int, int, int] | None
+    work: int
+    chunked: bool = False
