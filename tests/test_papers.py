@@ -1,64 +1,156 @@
-"""The papers' benchmark scripts run in quick mode and every tensorlang kernel matches NumPy."""
+"""The experiments in papers/ run in --quick mode and follow the convention of papers/paperbench.py:
+results.json (metadata + rows with medians and ratios to NumPy), results.md (a table with every
+kernel), plot.png when matplotlib is importable, and every tensorlang result matches NumPy.
+No timing is asserted: these are correctness and format checks only."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-CPU_KERNELS = ROOT / "papers" / "2026-11-cpu-kernels" / "run.py"
+PAPERS = ROOT / "papers"
+CPU_KERNELS = PAPERS / "2026-11-cpu-kernels" / "run.py"
+FUSION = PAPERS / "2026-11-fusion" / "run.py"
+GEMM = PAPERS / "gemm-microkernel" / "bench.py"
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+FUSION_KERNELS = {"softmax", "layernorm", "mlp3", "conv_bias_relu", "chain", "groupnorm"}
+GEMM_QUICK = {f"{p}-{lay}-{n}" for p in ("sgemm", "dgemm") for lay in ("NN", "TT") for n in (96, 160)}
 
 
-def _run_quick(script: Path, out: Path) -> None:
-    """Run a benchmark script in quick mode; it exits non-zero when a result is wrong."""
+def _run_quick(script: Path, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run an experiment in quick mode with the machine's OpenBLAS presets set, as on these machines;
+    it exits non-zero when a result is wrong."""
+    run_env = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_L2_SIZE="512", **(env or {}))
     proc = subprocess.run(
-        [sys.executable, str(script), "--quick", "--out", str(out)],
+        [sys.executable, str(script), "--quick", "--out", str(out), *extra],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
+        env=run_env,
     )
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def _check_convention(
+    out: Path, proc: subprocess.CompletedProcess, experiment: str, kernels: set[str]
+) -> dict:
+    """The parts every experiment shares; returns results.json."""
+    results = json.loads((out / "results.json").read_text())
+    assert results["experiment"] == experiment
+    assert results["schema"] == "tensorlang-papers/1"
+    assert results["mode"] == "quick"
+    assert results["question"]
+    meta = results["metadata"]
+    assert meta["date"] and meta["command"]
+    assert meta["machine"]["cpu_model"] is not None and meta["machine"]["usable_cpus"] >= 1
+    for package in ("python", "numpy", "llvmlite", "tensorlang"):
+        assert meta["versions"][package], package
+    # the presets were removed before NumPy was imported, and the output says so
+    assert meta["env_unset"]["removed"] == {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_L2_SIZE": "512"}
+    assert "Unset OPENBLAS_CORETYPE=Haswell" in proc.stdout
+    assert {row["kernel"] for row in results["rows"]} == kernels
+    for row in results["rows"]:
+        assert row["threads"] in results["settings"]["threads"]
+        assert row["unit"]
+        assert row["median_s"]["numpy"] > 0, row["kernel"]
+        assert row["ratio_to_numpy"]["numpy"] == pytest.approx(1.0)
+        for impl, median in row["median_s"].items():
+            assert median > 0
+            assert row["ratio_to_numpy"][impl] == pytest.approx(row["median_s"]["numpy"] / median)
+            assert row["status"][impl] == "ok", (row["kernel"], impl, row["status"][impl])
+    md = (out / "results.md").read_text()
+    assert md.startswith("# ") and "Unset OPENBLAS_CORETYPE" in md
+    table_rows = [line for line in md.splitlines() if line.startswith("| ")]
+    for name in kernels:
+        assert any(name in line for line in table_rows), f"{name} not in results.md"
+    assert all(line.endswith("|") for line in table_rows)
+    if HAVE_MATPLOTLIB:
+        assert (out / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "matplotlib is not importable" in proc.stdout
+    return results
 
 
 def test_cpu_kernels_quick(tmp_path):
-    _run_quick(CPU_KERNELS, tmp_path)
-    results_file = tmp_path / "results.json"
-    assert results_file.exists()
-    assert (tmp_path / "results.md").exists()
-    results = json.loads(results_file.read_text())
-    assert results["mode"] == "quick"
-    assert results["kernels"], "no kernel was run"
-
-    problems = []
-    for kernel in results["kernels"]:
-        impls = kernel["implementations"]
-        assert impls["numpy"]["correct"], (
-            f"{kernel['name']}: the NumPy implementation disagrees with its oracle"
-        )
-        for variant in ("tensorlang-1t", "tensorlang"):
-            res = impls.get(variant)
-            if res is None or res.get("status") != "ok" or not res.get("correct"):
-                detail = (res or {}).get("error") or f"max abs err {(res or {}).get('max_abs_err')}"
-                problems.append(f"{kernel['name']} {variant}: {(res or {}).get('status')}: {detail}")
-            elif not res.get("median_s"):
-                problems.append(f"{kernel['name']} {variant}: not timed")
-    overhead = results["call_overhead"]
-    if not overhead.get("correct"):
-        problems.append(f"call overhead kernel: {overhead.get('error', 'wrong result')}")
-    assert not problems, "tensorlang results not verified against NumPy:\n" + "\n".join(problems)
+    """1 thread and 2 threads (worker processes), every tensorlang kernel verified against NumPy."""
+    spec = importlib.util.spec_from_file_location("_cpu_kernels", CPU_KERNELS.parent / "kernels.py")
+    kernels_mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = kernels_mod  # dataclasses look their module up there
+    try:
+        spec.loader.exec_module(kernels_mod)
+    finally:
+        del sys.modules[spec.name]
+    names = {k.name for k in kernels_mod.suite(quick=True)}
+    proc = _run_quick(CPU_KERNELS, tmp_path, "--threads", "1,2")
+    results = _check_convention(tmp_path, proc, "2026-11-cpu-kernels", names)
+    assert results["settings"]["threads"] == [1, 2]
+    assert {(row["kernel"], row["threads"]) for row in results["rows"]} == {
+        (n, t) for n in names for t in (1, 2)
+    }
+    for row in results["rows"]:
+        assert set(row["median_s"]) >= {"numpy", "tensorlang"}, row["kernel"]
+        tl = row["details"]["tensorlang"]
+        assert tl["correct"] and tl["compile_count"] == 1
+        assert f"threads={row['threads']}" in tl["options"]
+        if row["threads"] == 1:  # NumPy's own result is checked against a float64 formulation
+            assert row["details"]["numpy"]["checked_against"] == "float64 oracle"
     assert results["summary"]["tensorlang_all_correct"]
+    assert results["call_overhead"]["correct"]
+    # absent peers are named, not silently dropped
+    for peer in ("torch", "numba", "tvm", "halide"):
+        assert peer in results["peers"]
+        if not results["peers"][peer]["available"]:
+            assert peer in proc.stdout.split("not installed (skipped):")[1].splitlines()[0]
+    md = (tmp_path / "results.md").read_text()
+    assert "**1 thread**" in md and "**2 threads**" in md
 
 
-FUSION = ROOT / "papers" / "2026-11-fusion" / "run.py"
+def test_fusion_quick(tmp_path):
+    """Every fusion strategy of every kernel matches NumPy (the script exits 1 otherwise)."""
+    proc = _run_quick(FUSION, tmp_path)
+    results = _check_convention(tmp_path, proc, "2026-11-fusion", FUSION_KERNELS)
+    for row in results["rows"]:
+        assert set(row["median_s"]) >= {"numpy", "tl-auto", "tl-max", "tl-none"}
+        assert all(row["correct"].values()), row["kernel"]
 
 
-def test_fusion_benchmark_quick(tmp_path):
-    """Every fusion strategy of every benchmark kernel matches NumPy (the script exits 1 otherwise)."""
-    _run_quick(FUSION, tmp_path)
-    results = json.loads((tmp_path / "results.json").read_text())
-    assert {k["kernel"] for k in results["kernels"]} >= {"softmax", "layernorm", "mlp3", "chain"}
-    for kernel in results["kernels"]:
-        assert all(kernel["correct"].values()), kernel["kernel"]
+def test_gemm_microkernel_quick(tmp_path):
+    proc = _run_quick(GEMM, tmp_path)
+    results = _check_convention(tmp_path, proc, "gemm-microkernel", GEMM_QUICK)
+    assert all(set(row["median_s"]) == {"numpy", "tl_gemm"} for row in results["rows"])
+
+
+def test_no_matplotlib_skips_the_plot(tmp_path):
+    """Without matplotlib the experiment says so on stdout and writes everything but the plot."""
+    shim = tmp_path / "shim" / "matplotlib"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('matplotlib hidden by the test')\n")
+    out = tmp_path / "out"
+    pythonpath = os.pathsep.join(filter(None, [str(shim.parent), os.environ.get("PYTHONPATH")]))
+    proc = _run_quick(
+        GEMM, out, "--sizes", "64", "--dtypes", "float32", "--layouts", "NN", env={"PYTHONPATH": pythonpath}
+    )
+    assert "matplotlib is not importable" in proc.stdout
+    assert (out / "results.json").exists() and (out / "results.md").exists()
+    assert not (out / "plot.png").exists()
+    assert any("matplotlib" in note for note in json.loads((out / "results.json").read_text())["notes"])
+
+
+@pytest.mark.parametrize("script", [FUSION, GEMM])
+def test_single_thread_experiments_refuse_other_thread_counts(script):
+    proc = subprocess.run(
+        [sys.executable, str(script), "--quick", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "--threads" in proc.stderr

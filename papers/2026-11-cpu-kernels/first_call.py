@@ -22,6 +22,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import paperbench  # noqa: E402 - unsets the OpenBLAS presets, which the child processes inherit
+
 DEFAULT = "sgemm-512,softmax-4096x1024,conv2d-64x56"
 
 CHILD = """
@@ -70,6 +73,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--kernels", default=DEFAULT)
     args = parser.parse_args()
+    print(paperbench.env_note(), flush=True)
     fields = ("imports", "compile", "first_call", "first_result", "process")
     print(f"{'kernel':22} {'cache':5} " + " ".join(f"{f:>12}" for f in fields) + "  (medians, s)")
     with tempfile.TemporaryDirectory() as tmp:

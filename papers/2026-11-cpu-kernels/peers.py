@@ -1,9 +1,11 @@
-"""Optional peer implementations (torch, numba), detected at run time and never required."""
+"""Optional peer implementations (torch, numba), used only when installed, never required.
+
+tvm and halide are detected (papers/paperbench.detect_peers) and named in the output, but this suite
+has no schedules for them.
+"""
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 from collections.abc import Callable
 
 import numpy as np
@@ -13,30 +15,14 @@ PEERS = ("torch", "numba", "tvm", "halide")
 FACTORIES: dict[str, Callable] = {}  # filled at the end of the module
 
 
-def detect() -> dict[str, dict]:
-    """For each peer: installed or not and its version, found without importing it.
+THREADS = 1  # threads each peer may use; set by configure() in the worker process
 
-    Importing torch or numba here would load their thread pools into the process that times
-    tensorlang against NumPy; each peer runs in a process of its own instead (see run.py).
-    """
-    found = {}
-    for name in PEERS:
-        try:
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            spec = None
-        if spec is None:
-            found[name] = {"available": False, "note": "not installed"}
-            continue
-        try:
-            version = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            version = "?"
-        entry = {"available": True, "version": version}
-        if name not in FACTORIES:
-            entry["note"] = f"installed ({version}), but this suite has no implementation for it"
-        found[name] = entry
-    return found
+
+def configure(threads: int) -> None:
+    """Set the thread count of the peers' pools (the worker's environment also sets NUMBA_NUM_THREADS
+    and OMP_NUM_THREADS)."""
+    global THREADS
+    THREADS = threads
 
 
 # ---------------------------------------------------------------------------- torch
@@ -46,6 +32,8 @@ def torch_impls(family: str) -> Callable[[list[np.ndarray]], Callable[[], np.nda
     """A factory: NumPy inputs → a no-argument callable running the torch version (CPU, default threads)."""
     import torch
     import torch.nn.functional as tf
+
+    torch.set_num_threads(THREADS)
 
     ops = {
         "sgemm": torch.mm,
@@ -226,6 +214,9 @@ def _build_numba() -> dict[str, Callable]:
 def numba_impls(family: str) -> Callable[[list[np.ndarray]], Callable[[], np.ndarray]] | None:
     """A factory like `torch_impls`; the first call JIT-compiles (it is the verification call)."""
     if not _NUMBA_CACHE:
+        import numba
+
+        numba.set_num_threads(min(THREADS, numba.config.NUMBA_NUM_THREADS))
         _NUMBA_CACHE.update(_build_numba())
     fn = _NUMBA_CACHE.get(family)
     if fn is None:

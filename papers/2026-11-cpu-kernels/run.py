@@ -1,157 +1,56 @@
-"""Benchmark tensorlang CPU kernels against NumPy (and torch/numba when importable), interleaved medians."""
+"""CPU kernels: tensorlang against NumPy (and numba, torch when installed), on 1 thread and on all threads.
+
+Question: how fast is the code tensorlang generates for the kernels people write (matrix products,
+a convolution, an MLP layer, PolyBench kernels, data movement, an elementwise chain, a softmax),
+against NumPy at its best, on one thread and on every core?
+
+Usage: python papers/2026-11-cpu-kernels/run.py [--quick] [--out DIR] [--threads 1,all]
+       [--peers auto|on|off] [--repeats N] [--rounds N] [--only NAMES] [--render] [--update-readme]
+
+Every (thread count, group of implementations) is timed in a process of its own (a worker: this
+script with --worker), because multi-threaded pools do not mix on a 2-core machine: OpenBLAS's
+workers keep spinning after each call and slow whatever runs next. On one thread NumPy
+(OPENBLAS_NUM_THREADS=1) and tensorlang are interleaved in one worker; on T > 1 threads NumPy
+(OpenBLAS on T threads), tensorlang (Options(threads=T)) and each peer have a worker each. The
+workers run in --rounds rounds, in an order that rotates from round to round, and the reported
+time is the median of all samples of all rounds. Ratio to NumPy = NumPy's median at the same
+thread count / the implementation's median.
+"""
 
 from __future__ import annotations
 
-import os
+import sys
+from pathlib import Path
 
-# FIRST, before NumPy is imported anywhere: these machines preset OpenBLAS variables that halve NumPy's
-# sgemm on AVX-512 CPUs (DESIGN.md §5). A user's machine has no such setting, so compare with NumPy at its best.
-REMOVED_ENV = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+HERE = Path(__file__).resolve().parent
+for _p in (str(HERE.parent), str(HERE)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+# FIRST, before NumPy: importing paperbench unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE.
+import paperbench as pb  # noqa: E402, I001
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import json  # noqa: E402
-import platform  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-for p in (str(REPO), str(HERE)):  # the packages are used from the checkout, not installed
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import kernels as ks  # noqa: E402
 import numpy as np  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
 
-TL_VARIANTS = ("tensorlang-1t", "tensorlang")  # Options(threads=1), Options() (all cores by default)
-
-
-def env_note() -> str:
-    if REMOVED_ENV:
-        removed = ", ".join(f"{k}={v}" for k, v in REMOVED_ENV.items())
-        return (
-            f"Removed {removed} from the environment before importing NumPy: this machine presets them, "
-            "which halves NumPy's (OpenBLAS) sgemm; a user's machine has no such setting."
-        )
-    return "OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE were not set; nothing removed from the environment."
-
-
-# ---------------------------------------------------------------------------- machine description
-
-
-def _version(module: str) -> str | None:
-    try:
-        mod = __import__(module)
-    except Exception:  # noqa: BLE001
-        return None
-    return str(getattr(mod, "__version__", getattr(mod, "VERSION", "?")))
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _lscpu() -> dict[str, str]:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    keep = ("Model name", "L1d cache", "L2 cache", "L3 cache", "Thread(s) per core", "Hypervisor vendor")
-    info = {}
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in keep:
-            info[key.strip()] = value.strip()
-    return info
-
-
-def machine_info() -> dict:
-    cpu_model, flags = None, set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and cpu_model is None:
-                cpu_model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        cpu_model = platform.processor() or None
-    blas = None
-    try:
-        cfg = np.show_config(mode="dicts")
-        dep = cfg["Build Dependencies"]["blas"]
-        blas = f"{dep.get('name')} {dep.get('version')}"
-    except Exception:  # noqa: BLE001
-        pass
-    threadpools = None
-    try:
-        from threadpoolctl import threadpool_info
-
-        threadpools = [
-            {k: d.get(k) for k in ("internal_api", "num_threads", "version", "architecture")}
-            for d in threadpool_info()
-        ]
-    except Exception:  # noqa: BLE001 - optional
-        pass
-    import tensorlang
-
-    commit = _git("rev-parse", "--short", "HEAD")
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
-    version = None
-    try:
-        import tomllib
-
-        version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    except Exception:  # noqa: BLE001
-        pass
-    return {
-        "cpu_model": cpu_model,
-        "lscpu": _lscpu(),
-        "isa": sorted(
-            f
-            for f in flags
-            if f in ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_bf16", "amx_tile")
-        ),
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numpy_blas": blas,
-        "threadpools": threadpools,
-        "llvmlite": _version("llvmlite"),
-        "islpy": _version("islpy"),
-        "tensorlang": {
-            "version": getattr(tensorlang, "__version__", None) or version,
-            "git_commit": commit,
-            "git_dirty": bool(dirty) if dirty is not None else None,
-        },
-        "env": {
-            k: os.environ.get(k)
-            for k in (
-                "TENSORLANG_NUM_THREADS",
-                "OMP_NUM_THREADS",
-                "OPENBLAS_NUM_THREADS",
-                "MKL_NUM_THREADS",
-                "NUMBA_NUM_THREADS",
-            )
-            if os.environ.get(k) is not None
-        },
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+EXPERIMENT = HERE.name
+QUESTION = (
+    "How fast is the code tensorlang generates for common CPU kernels, against NumPy at its best, "
+    "on one thread and on every core?"
+)
+TITLE = "tensorlang CPU kernels — results"
 
 
 # ---------------------------------------------------------------------------- timing
@@ -282,60 +181,52 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:])
 
 
-# ---------------------------------------------------------------------------- one kernel
+# ---------------------------------------------------------------------------- one kernel, in a worker
 
 
-def prepare(
-    k: ks.Kernel,
-    peer_names: list[str],
-    variants: tuple[str, ...] = TL_VARIANTS,
-    time_numpy: bool = True,
-) -> Case:
-    """Make the inputs, compile, and check every implementation against NumPy (NumPy against float64)."""
+def prepare(k: ks.Kernel, impls: list[str], threads: int, check_oracle: bool) -> Case:
+    """Inputs, compilation, and a check of every implementation against NumPy's result (and, with
+    `check_oracle`, of NumPy's result against an independent float64 formulation)."""
     rng = np.random.default_rng(20261101)
     inputs = k.make_inputs(rng)
-    record = {
-        "name": k.name,
-        "family": k.family,
-        "shape": k.shape,
-        "unit": k.unit,
-        "flops": k.flops,
-        "bytes": k.bytes,
-        "tc": k.tc.strip(),
-        "implementations": {},
-    }
-    impls: dict[str, dict] = record["implementations"]
+    record: dict = {"name": k.name, "implementations": {}}
+    entries: dict[str, dict] = record["implementations"]
     runners: dict[str, Callable[[], object]] = {}
     compiled: dict[str, object] = {}
 
     reference = k.numpy(*inputs)
-    impls["numpy"] = {"status": "ok", **compare(reference, k.oracle(*inputs), k.rtol, k.atol)}
-    impls["numpy"]["checked_against"] = "float64 oracle"
-    if not impls["numpy"]["correct"]:
-        impls["numpy"]["status"] = "wrong"
-    if time_numpy:
+    if "numpy" in impls:
+        entry = {"status": "ok", "correct": True}
+        if check_oracle:
+            entry.update(
+                compare(reference, k.oracle(*inputs), k.rtol, k.atol), checked_against="float64 oracle"
+            )
+            entry["status"] = "ok" if entry["correct"] else "wrong"
+        entries["numpy"] = entry
         runners["numpy"] = lambda: k.numpy(*inputs)
 
-    for variant in variants:
+    if "tensorlang" in impls:
         import tensorlang as tl
 
-        opts = tl.Options(threads=1) if variant == "tensorlang-1t" else tl.Options()
-        entry = impls.setdefault(variant, {"options": repr(opts)})
+        opts = tl.Options(threads=threads)
+        entry = entries.setdefault("tensorlang", {"options": repr(opts)})
         try:
             t0 = time.perf_counter()
             kern = tl.compile(k.tc, options=opts)
             t1 = time.perf_counter()
-            compiled[variant] = kern
+            compiled["tensorlang"] = kern
             out = kern(*inputs)
             t2 = time.perf_counter()
-            entry.update(compile_s=t1 - t0, first_call_s=t2 - t0)
+            entry.update(compile_s=t1 - t0, first_call_s=t2 - t0, disk_hits=getattr(kern, "disk_hits", None))
             entry.update(compare(out, reference, k.rtol, k.atol))
             entry["status"] = "ok" if entry["correct"] else "wrong"
-            runners[variant] = lambda kern=kern: kern(*inputs)
+            runners["tensorlang"] = lambda kern=kern: kern(*inputs)
         except Exception as exc:  # noqa: BLE001 - record and go on with the other kernels
             entry.update(status="error", correct=False, error=_error_text(exc))
 
-    for peer in peer_names:
+    for peer in impls:
+        if peer in ("numpy", "tensorlang"):
+            continue
         try:
             factory = peers.FACTORIES[peer](k.family)
             if factory is None:
@@ -348,65 +239,47 @@ def prepare(
             runners[peer] = run
         except Exception as exc:  # noqa: BLE001
             entry = {"status": "error", "correct": False, "error": _error_text(exc)}
-        impls[peer] = entry
+        entries[peer] = entry
     return Case(k, record, {name: Timing(fn) for name, fn in runners.items()}, compiled)
 
 
 def finish(case: Case) -> dict:
-    """Medians, throughput and ratios into the record."""
-    k, impls = case.kernel, case.record["implementations"]
-    work = k.flops if k.unit == "GFLOP/s" else k.bytes
-    stats = {name: t.summary() for name, t in case.timings.items() if t.samples}
-    base = stats.get("numpy", {}).get("median_s")
-    for name, st in stats.items():
-        entry = impls[name]
-        entry.update(st)
-        med = st["median_s"]
-        entry["throughput"] = work / med / 1e9 if med > 0 else None
-        entry["gflops"] = k.flops / med / 1e9 if k.flops and med > 0 else None
-        entry["gbytes_per_s"] = k.bytes / med / 1e9 if med > 0 else None
-        entry["ratio_to_numpy"] = base / med if base and med > 0 else None
-    for variant, kern in case.compiled.items():
-        entry = impls[variant]
-        entry["compile_count"] = kern.compile_count
-        if entry.get("first_call_s") is not None and entry.get("median_s") is not None:
-            # the first call also runs the kernel once: take one cached run away to estimate compile + JIT
-            entry["compile_jit_s"] = max(0.0, entry["first_call_s"] - entry["median_s"])
+    """The samples and facts of every implementation into the record."""
+    for name, t in case.timings.items():
+        if t.samples:
+            case.record["implementations"][name].update(
+                samples_s=t.samples, number=t.number, warmup_s=t.warmup_s
+            )
+    for name, kern in case.compiled.items():
+        case.record["implementations"][name]["compile_count"] = kern.compile_count
     return case.record
 
 
 def bench_all(
     kernels: list[ks.Kernel],
     args: argparse.Namespace,
-    peer_names: list[str],
-    variants: tuple[str, ...] = TL_VARIANTS,
-    time_numpy: bool = True,
-    log: Callable[[str], None] = lambda _line: None,
+    impls: list[str],
+    threads: int,
+    check_oracle: bool,
+    log: Callable[[str], None],
 ) -> list[dict]:
     """Check every kernel, then time them all (see `measure`)."""
     cases = []
     for k in kernels:
         t0 = time.perf_counter()
-        case = prepare(k, peer_names, variants, time_numpy)
+        case = prepare(k, impls, threads, check_oracle)
         cases.append(case)
         states = " ".join(f"{n}={r.get('status')}" for n, r in case.record["implementations"].items())
         log(f"checked {k.name:24s} {states}  ({time.perf_counter() - t0:.1f} s)")
     gc.collect()
-    if not time_numpy:
-        time.sleep(0.3)  # let OpenBLAS's threads, busy from the reference calls, go idle
+    time.sleep(0.2)  # let any pool that the reference calls woke go idle
     t0 = time.perf_counter()
     measure(cases, args)
     log(f"timed {len(cases)} kernels, {args.repeats} interleaved repeats ({time.perf_counter() - t0:.1f} s)")
-    records = [finish(case) for case in cases]
-    for record in records:
-        record["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    return records
+    return [finish(case) for case in cases]
 
 
-# ---------------------------------------------------------------------------- call overhead
-
-
-def call_overhead(args: argparse.Namespace) -> dict:
+def call_overhead(quick: bool, repeats: int) -> dict:
     """Per-call time of the cached 1-element add kernel (and of np.add for scale)."""
     import tensorlang as tl
 
@@ -414,72 +287,211 @@ def call_overhead(args: argparse.Namespace) -> dict:
         a = np.ones(1, dtype=np.float32)
         b = np.ones(1, dtype=np.float32)
         t0 = time.perf_counter()
-        kern = tl.compile(ks.TINY)
+        kern = tl.compile(ks.TINY, options=tl.Options(threads=1))
         kern(a, b)
         first = time.perf_counter() - t0
-        number = 200 if args.quick else 2000
+        number = 200 if quick else 2000
         samples: dict[str, list[float]] = {"tensorlang": [], "numpy": []}
-        for _ in range(args.repeats * 2 + 1):
+        for _ in range(repeats * 2 + 1):
             samples["tensorlang"].append(_timed(lambda: kern(a, b), number))
             samples["numpy"].append(_timed(lambda: np.add(a, b), number))
-        ok = bool(np.array_equal(kern(a, b), a + b))
         return {
             "kernel": ks.TINY.strip(),
             "first_call_s": first,
             "tensorlang_us": float(np.median(samples["tensorlang"])) * 1e6,
             "numpy_us": float(np.median(samples["numpy"])) * 1e6,
             "calls_per_sample": number,
-            "samples_us": {n: [s * 1e6 for s in v] for n, v in samples.items()},
-            "correct": ok,
-            "compile_count": kern.compile_count,
+            "correct": bool(np.array_equal(kern(a, b), a + b)),
         }
     except Exception as exc:  # noqa: BLE001
         return {"error": _error_text(exc), "correct": False}
 
 
+def worker(args: argparse.Namespace) -> int:
+    """Internal mode: time one group of implementations at one thread count; write the records as JSON."""
+    impls = args.worker.split(",")
+    peers.configure(args.worker_threads)
+    kernels = select(ks.suite(args.quick), args.only)
+    out: dict = {"impls": impls, "threads": args.worker_threads, "loadavg_start": pb.loadavg()}
+    if args.call_overhead:
+        # first: it also pays the compiler's one-time start-up, so the kernels' first calls compare
+        out["call_overhead"] = call_overhead(args.quick, args.repeats)
+    out["records"] = bench_all(
+        kernels,
+        args,
+        impls,
+        args.worker_threads,
+        args.check_oracle,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    out["loadavg_end"] = pb.loadavg()
+    args.worker_json.write_text(json.dumps(out))
+    return 0
+
+
 # ---------------------------------------------------------------------------- driver
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument(
-        "--quick", action="store_true", help="tiny sizes, 3 repeats: a correctness smoke run (< 60 s)"
-    )
-    ap.add_argument(
-        "--out", type=Path, help="output folder (default: results/ here; a temp folder with --quick)"
-    )
-    ap.add_argument("--repeats", type=int, help="interleaved repeats (default 9, or 3 with --quick)")
-    ap.add_argument("--only", help="comma-separated kernel names or families (e.g. sgemm,softmax-4096x1024)")
-    ap.add_argument(
-        "--budget", type=float, help="seconds per implementation and kernel before it stops repeating"
-    )
-    ap.add_argument(
-        "--target", type=float, help="approximate seconds per timing sample (several calls if short)"
-    )
-    ap.add_argument(
-        "--peers",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="torch/numba peers (auto: on, off with --quick)",
-    )
-    ap.add_argument("--peer", help=argparse.SUPPRESS)  # internal: time one peer (and NumPy) in this process
-    ap.add_argument("--peer-json", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument(
-        "--render", action="store_true", help="only re-render results.md/plot.png from OUT/results.json"
-    )
-    ap.add_argument(
-        "--update-readme", action="store_true", help="also write the table into README.md's Findings"
-    )
-    ap.add_argument("--strict", action="store_true", help="exit 1 if any implementation failed or was wrong")
-    args = ap.parse_args(argv)
-    args.repeats = args.repeats or (3 if args.quick else 9)
-    args.budget = args.budget if args.budget is not None else (0.5 if args.quick else 10.0)
-    args.target = args.target if args.target is not None else (0.002 if args.quick else 0.05)
-    if args.out is None and not args.peer:
-        args.out = (
-            Path(tempfile.mkdtemp(prefix="tensorlang-cpu-kernels-quick-")) if args.quick else HERE / "results"
+@dataclass
+class Group:
+    """Implementations timed together in one worker process, at one thread count."""
+
+    threads: int
+    impls: tuple[str, ...]
+    blas_threads: int  # OPENBLAS_NUM_THREADS of the worker (1 unless NumPy is timed there)
+    first: bool = False  # the single-thread tensorlang worker: call overhead, float64 oracle checks
+
+    @property
+    def label(self) -> str:
+        return f"{'+'.join(self.impls)} @ {self.threads} thread{'s' if self.threads != 1 else ''}"
+
+
+def plan_groups(threads: list[int], peer_names: list[str]) -> list[Group]:
+    groups = []
+    for t in threads:
+        if t == 1:  # single-threaded OpenBLAS does not spin: interleave it with tensorlang
+            groups.append(Group(1, ("numpy", "tensorlang"), 1))
+        else:
+            groups.append(Group(t, ("numpy",), t))
+            groups.append(Group(t, ("tensorlang",), 1))
+        groups += [Group(t, (p,), 1) for p in peer_names]
+    if 1 not in threads:  # the oracle checks and the call overhead still need a home
+        groups.insert(0, Group(1, ("numpy", "tensorlang"), 1))
+    groups[0].first = True
+    return groups
+
+
+def run_worker(group: Group, args: argparse.Namespace, round_no: int, cache_dir: str) -> dict:
+    """One worker process; returns its JSON, or {"error": ...} when it failed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "worker.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", ",".join(group.impls)]
+        cmd += ["--worker-threads", str(group.threads), "--worker-json", str(out)]
+        cmd += ["--repeats", str(args.worker_repeats[round_no])]
+        cmd += ["--budget", str(args.budget / args.rounds), "--target", str(args.target)]
+        cmd += ["--quick"] if args.quick else []
+        cmd += ["--only", args.only] if args.only else []
+        if group.first and round_no == 0:
+            cmd += ["--call-overhead", "--check-oracle"]
+        t = group.threads
+        env = pb.child_env(
+            OPENBLAS_NUM_THREADS=group.blas_threads,
+            OMP_NUM_THREADS=t,
+            MKL_NUM_THREADS=t,
+            NUMBA_NUM_THREADS=t,
+            TENSORLANG_CACHE_DIR=cache_dir,
         )
-    return args
+        try:
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=600 if args.quick else 7200
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        if proc.returncode != 0 or not out.exists():
+            return {"error": f"exit {proc.returncode}: {proc.stderr[-3000:]}"}
+        return json.loads(out.read_text())
+
+
+def merge(results: dict, kernels: list[ks.Kernel], runs: list[tuple[Group, int, dict]]) -> None:
+    """Pool the samples of all rounds per (kernel, thread count, implementation) into rows."""
+    threads = results["settings"]["threads"]
+    rows = {}
+    for t in threads:
+        for k in kernels:
+            rows[(k.name, t)] = {
+                "kernel": k.name,
+                "threads": t,
+                "family": k.family,
+                "shape": k.shape,
+                "unit": k.unit,
+                "flops": k.flops,
+                "bytes": k.bytes,
+                "median_s": {},
+                "min_s": {},
+                "throughput": {},
+                "ratio_to_numpy": {},
+                "status": {},
+                "details": {},
+            }
+    for group, round_no, data in runs:
+        if "error" in data:
+            for k in kernels:
+                row = rows.get((k.name, group.threads))
+                for impl in group.impls:
+                    if row is not None and impl not in row["details"]:
+                        row["status"][impl] = "error"
+                        row["details"][impl] = {"error": "worker process failed: " + data["error"]}
+            continue
+        if data.get("call_overhead") and "call_overhead" not in results:
+            results["call_overhead"] = data["call_overhead"]
+        for record in data["records"]:
+            row = rows.get((record["name"], group.threads))
+            if row is None:  # the extra single-thread worker when 1 is not among --threads
+                continue
+            for impl, entry in record["implementations"].items():
+                if impl not in group.impls:
+                    continue
+                detail = row["details"].setdefault(impl, {"samples_s": [], "rounds": 0})
+                samples = entry.pop("samples_s", [])
+                detail["samples_s"] = detail.get("samples_s", []) + samples
+                detail["rounds"] = detail.get("rounds", 0) + (1 if samples else 0)
+                for key, value in entry.items():
+                    if round_no == 0 or key not in detail:
+                        detail[key] = value
+                before = row["status"].get(impl)  # a failure in any round sticks
+                row["status"][impl] = before if before in ("wrong", "error") else entry.get("status")
+                detail["process"] = group.label
+    for row in rows.values():
+        work = row["flops"] if row["unit"] == "GFLOP/s" else row["bytes"]
+        for impl, detail in row["details"].items():
+            if detail.get("samples_s"):
+                med = float(np.median(detail["samples_s"]))
+                row["median_s"][impl] = med
+                row["min_s"][impl] = float(np.min(detail["samples_s"]))
+                row["throughput"][impl] = work / med / 1e9 if med > 0 else None
+        base = row["median_s"].get("numpy")
+        for impl, med in row["median_s"].items():
+            row["ratio_to_numpy"][impl] = base / med if base and med > 0 else None
+        tl = row["details"].get("tensorlang", {})
+        if row["threads"] == 1 and tl.get("first_call_s") is not None and row["median_s"].get("tensorlang"):
+            # compile + JIT: the first call also runs the kernel once; take one cached run away
+            tl["compile_jit_s"] = max(0.0, tl["first_call_s"] - row["median_s"]["tensorlang"])
+    results["rows"] = list(rows.values())
+
+
+def summarise(results: dict) -> None:
+    failures = []
+    for row in results["rows"]:
+        for impl, status in row["status"].items():
+            if status != "ok":
+                failures.append(
+                    {
+                        "kernel": row["kernel"],
+                        "threads": row["threads"],
+                        "implementation": impl,
+                        "status": status,
+                    }
+                )
+    ov = results.get("call_overhead") or {}
+    if ov and not ov.get("correct"):
+        failures.append(
+            {
+                "kernel": "tiny (call overhead)",
+                "threads": 1,
+                "implementation": "tensorlang",
+                "status": "error",
+            }
+        )
+    tl_ok = all(
+        row["status"].get("tensorlang") == "ok" and row["median_s"].get("tensorlang")
+        for row in results["rows"]
+    ) and bool(ov.get("correct", True))
+    numpy_ok = all(row["status"].get("numpy") == "ok" for row in results["rows"])
+    results["summary"] = {
+        "failures": failures,
+        "tensorlang_all_correct": tl_ok,
+        "numpy_all_correct": numpy_ok,
+    }
 
 
 def select(kernels: list[ks.Kernel], only: str | None) -> list[ks.Kernel]:
@@ -496,168 +508,133 @@ def select(kernels: list[ks.Kernel], only: str | None) -> list[ks.Kernel]:
     return chosen
 
 
-def summarise(results: dict) -> None:
-    failures = []
-    for k in results["kernels"]:
-        for name, res in k["implementations"].items():
-            if res.get("status") != "ok":
-                failures.append({"kernel": k["name"], "implementation": name, "status": res.get("status")})
-    ov = results.get("call_overhead") or {}
-    if ov and not ov.get("correct"):
-        failures.append({"kernel": "tiny (call overhead)", "implementation": "tensorlang", "status": "error"})
-    tl_ok = all(
-        k["implementations"].get(v, {}).get("status") == "ok" for k in results["kernels"] for v in TL_VARIANTS
-    ) and bool(ov.get("correct", True))
-    results["summary"] = {"failures": failures, "tensorlang_all_correct": tl_ok}
-
-
-def write_outputs(results: dict, out: Path, final: bool) -> str:
-    summarise(results)
-    tmp = out / "results.json.tmp"
-    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(out / "results.json")
-    if not final:
-        return ""
-    note = report.plot(results, out / "plot.png")
-    if note and note not in results["notes"]:
-        results["notes"].append(note)
-        (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
-    table = report.markdown(results)
-    (out / "results.md").write_text(f"# tensorlang CPU kernels — results\n\n{table}")
-    return table
-
-
-def peer_worker(args: argparse.Namespace) -> int:
-    """Internal mode: time one peer alone (NumPy only gives the reference) and write the records as JSON."""
-    kernels = select(ks.suite(args.quick), args.only)
-    records = bench_all(kernels, args, [args.peer], variants=(), time_numpy=False)
-    args.peer_json.write_text(json.dumps(records))
-    return 0
-
-
-def run_peer(name: str, args: argparse.Namespace, results: dict) -> None:
-    """Time a peer alone in a process of its own and merge its entries (ratio to the main NumPy median).
-
-    Thread pools do not mix on a 2-core machine: interleaved call by call with OpenBLAS (whose worker
-    keeps spinning after each call), numba's and torch's parallel calls got 10-1000x slower, and they
-    slowed np.matmul and tensorlang by up to 100x when all ran in one process. So each peer runs in its
-    own process, repeated without interleaving; NumPy and tensorlang stay interleaved with each other.
-    """
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "peer.json"
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--peer", name, "--peer-json", str(out)]
-        cmd += ["--repeats", str(args.repeats), "--budget", str(args.budget), "--target", str(args.target)]
-        cmd += ["--quick"] if args.quick else []
-        cmd += ["--only", args.only] if args.only else []
-        t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300 if args.quick else 3600)
-            records = json.loads(out.read_text()) if proc.returncode == 0 and out.exists() else None
-            problem = None if records is not None else f"exit {proc.returncode}: {proc.stderr[-2000:]}"
-        except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
-            records, problem = None, f"{type(exc).__name__}: {exc}"
-    if records is None:
-        first = problem.splitlines()[0] if problem else "?"
-        results["notes"].append(f"{name}: its benchmark process failed ({first})")
-        results.setdefault("peer_errors", {})[name] = problem
-        return
-    by_name = {r["name"]: r for r in records}
-    for record in results["kernels"]:
-        peer_record = by_name.get(record["name"])
-        entry = (peer_record or {}).get("implementations", {}).get(name)
-        if entry is None:
-            continue
-        entry["process"] = "own process, not interleaved"
-        base = record["implementations"]["numpy"].get("median_s")
-        if base and entry.get("median_s"):
-            entry["ratio_to_numpy"] = base / entry["median_s"]
-        record["implementations"][name] = entry
-    print(f"{name}: timed in its own process ({time.perf_counter() - t0:.1f} s)", flush=True)
-    for record in results["kernels"]:
-        entry = record["implementations"].get(name)
-        if entry is not None:
-            print(f"  {record['name']:24s} {_describe(name, entry)}", flush=True)
-
-
-def _describe(name: str, res: dict) -> str:
-    if res.get("status") == "error":
-        return f"{name}=ERROR({res['error'].splitlines()[0][:120]})"
-    rate = res.get("throughput")
-    flag = "" if res.get("status") == "ok" else " WRONG"
-    return f"{name}={rate:.3g}{flag}" if rate is not None else f"{name}=?{flag}"
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    pb.add_common_args(ap)
+    ap.add_argument(
+        "--rounds", type=int, help="rounds of worker processes, rotating order (default 3, 1 with --quick)"
+    )
+    ap.add_argument("--only", help="comma-separated kernel names or families (e.g. sgemm,softmax-4096x1024)")
+    ap.add_argument(
+        "--budget", type=float, help="seconds per implementation and kernel before it stops repeating"
+    )
+    ap.add_argument(
+        "--target", type=float, help="approximate seconds per timing sample (several calls if short)"
+    )
+    ap.add_argument(
+        "--render", action="store_true", help="only re-render results.md/plot.png from OUT/results.json"
+    )
+    ap.add_argument(
+        "--update-readme", action="store_true", help="also write the tables into README.md's Findings"
+    )
+    ap.add_argument("--strict", action="store_true", help="exit 1 if any implementation (peers too) failed")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: time these implementations here
+    ap.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-json", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--call-overhead", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--check-oracle", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.repeats = args.repeats or (3 if args.quick else 9)
+    args.rounds = max(1, args.rounds or (1 if args.quick else 3))
+    args.budget = args.budget if args.budget is not None else (0.5 if args.quick else 10.0)
+    args.target = args.target if args.target is not None else (0.002 if args.quick else 0.05)
+    if not args.worker:
+        args.rounds = min(args.rounds, args.repeats)
+        # the repeats are shared out over the rounds (9 over 3 rounds: 3 each)
+        args.worker_repeats = [
+            args.repeats // args.rounds + (r < args.repeats % args.rounds) for r in range(args.rounds)
+        ]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.peer:
-        return peer_worker(args)
-    args.out.mkdir(parents=True, exist_ok=True)
+    if args.worker:
+        return worker(args)
+    out = pb.default_out(HERE, args.quick, args.out, "cpu-kernels")
     if args.render:
-        results = json.loads((args.out / "results.json").read_text())
-        table = write_outputs(results, args.out, final=True)
-        print(table)
-        if args.update_readme and not report.update_readme(HERE / "README.md", table):
+        results = json.loads((out / "results.json").read_text())
+        text = pb.write_results(results, out, report.markdown, report.plot, TITLE)
+        print(text)
+        if args.update_readme and not report.update_readme(HERE / "README.md", text):
             print("README.md has no results markers; not updated", file=sys.stderr)
         return 0
 
-    print(env_note(), flush=True)
+    print(pb.env_note(), flush=True)
     kernels = select(ks.suite(args.quick), args.only)
-    use_peers = args.peers == "on" or (args.peers == "auto" and not args.quick)
-    found = peers.detect() if use_peers else {}
-    peer_names = [n for n, info in found.items() if info["available"] and n in peers.FACTORIES]
-    notes = []
-    if not use_peers:
-        notes.append("Peers (torch, numba, tvm, halide) not run in this mode (use --peers on).")
-    for name, info in found.items():
-        if not info["available"] or info.get("note"):
-            notes.append(f"{name}: {info.get('note')}")
-    results = {
-        "suite": HERE.name,
-        "mode": "quick" if args.quick else "full",
-        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
-        "env_note": env_note(),
-        "removed_env": REMOVED_ENV,
-        "machine": machine_info(),
-        "peers": found,
-        "settings": {"repeats": args.repeats, "budget_s": args.budget, "target_sample_s": args.target},
-        "notes": notes,
-        "kernels": [],
-    }
-    t_start = time.perf_counter()
-    # The overhead run goes first: it also pays the compiler's one-time start-up (imports, LLVM init),
-    # so the first-call times of the kernels below are comparable with each other.
-    results["call_overhead"] = call_overhead(args)
-    ov = results["call_overhead"]
-    if "error" in ov:
-        print(f"call overhead: ERROR {ov['error'].splitlines()[0]}", flush=True)
-    else:
-        print(
-            f"call overhead: tensorlang {ov['tensorlang_us']:.1f} us, np.add {ov['numpy_us']:.2f} us",
-            flush=True,
-        )
-    results["kernels"] = bench_all(kernels, args, [], log=lambda line: print(line, flush=True))
-    for record in results["kernels"]:
-        parts = [_describe(name, res) for name, res in record["implementations"].items()]
-        print(f"{record['name']:24s} [{record['unit']}] {' '.join(parts)}", flush=True)
-    write_outputs(results, args.out, final=False)
-    for name in peer_names:
-        run_peer(name, args, results)
-        write_outputs(results, args.out, final=False)
-    results["elapsed_s"] = time.perf_counter() - t_start
-    results["machine"]["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    table = write_outputs(results, args.out, final=True)
-    print()
-    print(table)
-    if args.update_readme and not report.update_readme(HERE / "README.md", table):
-        print("README.md has no results markers; not updated", file=sys.stderr)
-    print(
-        f"wrote {args.out / 'results.json'}, results.md{', plot.png' if (args.out / 'plot.png').exists() else ''}"
+    use_peers = pb.peers_enabled(args.peers, args.quick)
+    found = pb.detect_peers(peers.PEERS, implemented=peers.FACTORIES)
+    peer_names = (
+        [n for n, info in found.items() if info["available"] and n in peers.FACTORIES] if use_peers else []
     )
+    peer_line = pb.peers_line(found, use_peers)
+    print(peer_line, flush=True)
+    results = pb.new_results(
+        EXPERIMENT,
+        QUESTION,
+        args.quick,
+        {
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "rounds": args.rounds,
+            "budget_s": args.budget,
+            "target_sample_s": args.target,
+            "peers": args.peers,
+            "only": args.only,
+        },
+        extra_versions=list(peers.PEERS),
+    )
+    results["peers"] = found
+    results["notes"].append(peer_line)
+    results["kernels_tc"] = {k.name: k.tc.strip() for k in kernels}
+    groups = plan_groups(args.threads, peer_names)
+    results["settings"]["processes"] = [
+        {
+            "label": g.label,
+            "threads": g.threads,
+            "impls": list(g.impls),
+            "OPENBLAS_NUM_THREADS": g.blas_threads,
+        }
+        for g in groups
+    ]
+    t_start = time.perf_counter()
+    runs: list[tuple[Group, int, dict]] = []
+    with tempfile.TemporaryDirectory(prefix="tl-bench-cache-") as cache_dir:
+        # a fresh compilation cache: the first worker's compile + JIT times are cold
+        for r in range(args.rounds):
+            order = groups[r % len(groups) :] + groups[: r % len(groups)]
+            if r == 0:
+                order = groups
+            for group in order:
+                t0 = time.perf_counter()
+                data = run_worker(group, args, r, cache_dir)
+                runs.append((group, r, data))
+                state = "FAILED: " + data["error"].splitlines()[0][:200] if "error" in data else "ok"
+                print(
+                    f"round {r + 1}/{args.rounds} {group.label:36s} {time.perf_counter() - t0:6.1f} s  {state}",
+                    flush=True,
+                )
+    merge(results, kernels, runs)
+    summarise(results)
+    results["elapsed_s"] = time.perf_counter() - t_start
+    for row in results["rows"]:
+        cells = " ".join(
+            f"{impl}={pb.fmt_rate(row['throughput'].get(impl))}"
+            + (f"({pb.fmt_ratio(row['ratio_to_numpy'].get(impl))})" if impl != "numpy" else "")
+            + ("" if row["status"].get(impl) == "ok" else f"[{row['status'].get(impl)}]")
+            for impl in row["status"]
+        )
+        print(f"{row['kernel']:24s} {row['threads']}t [{row['unit']}] {cells}", flush=True)
+    text = pb.write_results(results, out, report.markdown, report.plot, TITLE)
+    print()
+    print(text)
+    if args.update_readme and not report.update_readme(HERE / "README.md", text):
+        print("README.md has no results markers; not updated", file=sys.stderr)
     print(f"total {results['elapsed_s']:.1f} s")
-    if args.strict and results["summary"]["failures"]:
+    failures = results["summary"]["failures"]
+    if not results["summary"]["tensorlang_all_correct"] or not results["summary"]["numpy_all_correct"]:
         return 1
-    return 0
+    return 1 if args.strict and failures else 0
 
 
 if __name__ == "__main__":

@@ -11,17 +11,20 @@ Run: python papers/2026-11-fusion/probe_row_pipelining.py
 
 from __future__ import annotations
 
-import ctypes
-import statistics
 import sys
-import time
 from pathlib import Path
 
-import llvmlite.binding as llvm
-import llvmlite.ir as ir
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import paperbench as pb  # noqa: E402, I001 - first: unsets the OpenBLAS presets before NumPy is imported
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import ctypes  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import llvmlite.binding as llvm  # noqa: E402
+import llvmlite.ir as ir  # noqa: E402
+import numpy as np  # noqa: E402
+
 from codegen.emit.values import float_minmax  # noqa: E402
 from codegen.emit.vecmath import emit_vecmath  # noqa: E402
 from codegen.lowering.jit import _lock, new_target_machine, optimise  # noqa: E402
@@ -131,6 +134,7 @@ def build(mod: ir.Module, name: str, pipelined: bool) -> None:
 
 
 def main() -> None:
+    print(pb.env_note(), flush=True)
     mod = ir.Module("probe")
     build(mod, "piped", True)
     build(mod, "plain", False)

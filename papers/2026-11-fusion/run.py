@@ -1,12 +1,18 @@
 """Graph-level fusion benchmark: fusion="auto" | "max" | "none" against NumPy (and PyTorch when present).
 
-Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--repeats N] [--kernels a,b]
+Question: which statements should share a loop nest? Does fusion="auto" pick the fast choice, how
+much does fusing multi-statement kernels gain over leaving them apart ("none"), and how does each
+compare with NumPy on one thread?
+
+Run: python papers/2026-11-fusion/run.py [--quick] [--out DIR] [--threads 1] [--peers auto|on|off]
+     [--repeats N] [--only a,b]
 Single thread for every implementation (tensorlang Options(threads=1), OPENBLAS_NUM_THREADS=1,
-torch.set_num_threads(1)); PyTorch eager and torch.compile run when torch is importable. Each repeat takes one sample of every implementation, in an order that
-rotates from repeat to repeat; a sample is a run of back-to-back calls (about SAMPLE_S seconds,
-at least 3 calls, as in the CPU-kernel suite). Reported: the median over repeats of the time per
-call of the calls after the first ("steady", what a loop calling the kernel sees), and the median
-of the first call of each sample ("after another", which runs right after a different
+torch.set_num_threads(1)); PyTorch eager and torch.compile run, in a process of their own, when
+torch is importable and peers are on. Each repeat takes one sample of every implementation, in an
+order that rotates from repeat to repeat; a sample is a run of back-to-back calls (about SAMPLE_S
+seconds, at least 3 calls, as in the CPU-kernel suite). Reported: the median over repeats of the
+time per call of the calls after the first ("steady", what a loop calling the kernel sees), and the
+median of the first call of each sample ("after another", which runs right after a different
 implementation has evicted the caches and reshaped the heap). Peak memory of one call is measured
 with tracemalloc (NumPy and tensorlang allocate through it).
 """
@@ -14,29 +20,36 @@ with tracemalloc (NumPy and tensorlang allocate through it).
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
-# Before NumPy is imported: no OpenBLAS presets that slow NumPy down, and one thread everywhere.
-REMOVED = {k: os.environ.pop(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+# Before NumPy is imported: paperbench unsets the OpenBLAS presets; one BLAS thread everywhere.
+import paperbench as pb  # noqa: E402, I001
+
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import tracemalloc  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1]))
 import tensorlang as tl  # noqa: E402
 
+EXPERIMENT = HERE.name
+QUESTION = (
+    "Which statements should share a loop nest: does fusion='auto' choose well, how much does fusing "
+    "multi-statement kernels gain over 'none', and how does each compare with NumPy on one thread?"
+)
+TITLE = "Graph-level fusion — results"
+IMPLS = ["numpy", "tl-auto", "tl-max", "tl-none", "torch", "torch-compile"]
 F32 = np.float32
 STRATEGIES = ("auto", "max", "none")
 
@@ -206,7 +219,7 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bool = False) -> dict:
+def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bool = False) -> list[dict]:
     """NumPy and tensorlang's strategies; with `torch_only`, NumPy and the PyTorch peers instead
     (run in a process of their own, see main)."""
     rng = np.random.default_rng(0)
@@ -274,6 +287,8 @@ def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bo
         rows.append(
             {
                 "kernel": name,
+                "threads": 1,
+                "unit": "s per call",
                 "shapes": shapes,
                 "median_s": medians,
                 "ratio_to_numpy": {k: medians["numpy"] / v for k, v in medians.items()},
@@ -284,6 +299,7 @@ def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bo
                 },
                 "peak_bytes": {k: peak_bytes(fn) for k, fn in impls.items()},
                 "correct": checks,
+                "status": {k: "ok" if checks.get(k, True) else "wrong" for k in impls},
                 "decisions": decisions,
             }
         )
@@ -294,17 +310,16 @@ def run(quick: bool, repeats: int, only: list[str] | None = None, torch_only: bo
             + " ".join(f"{k}={first_medians['numpy'] / v:.2f}x" for k, v in first_medians.items()),
             flush=True,
         )
-    return {
-        "mode": "quick" if quick else "full",
-        "repeats": repeats,
-        "removed_env": sorted(REMOVED),
-        "kernels": rows,
-    }
+    return rows
 
 
 def markdown(results: dict) -> str:
-    keys = ["numpy", "tl-auto", "tl-max", "tl-none", "torch", "torch-compile"]
+    keys = [k for k in IMPLS if any(k in row["median_s"] for row in results["rows"])]
     lines = [
+        pb.header_line(results),
+        "",
+        f"One thread everywhere; {results['settings']['repeats']} rotating repeats, medians.",
+        "",
         "Steady state (median time per call of back-to-back calls; × = NumPy time / this time):",
         "",
         "| kernel | "
@@ -312,10 +327,10 @@ def markdown(results: dict) -> str:
         + " | auto vs none | peak MiB (numpy / auto / none) | regions (auto) | contracted (auto) |",
         "|---|" + "---:|" * len(keys) + "---:|---|---|---|",
     ]
-    for row in results["kernels"]:
+    for row in results["rows"]:
         med = row["median_s"]
         cells = [
-            f"{med[k] * 1e3:.2f} ms ({row['ratio_to_numpy'][k]:.2f}×)" if k in med else "–" for k in keys
+            f"{pb.fmt_seconds(med[k])} ({row['ratio_to_numpy'][k]:.2f}×)" if k in med else "–" for k in keys
         ]
         auto_vs_none = med["tl-none"] / med["tl-auto"]
         peak = row["peak_bytes"]
@@ -332,12 +347,21 @@ def markdown(results: dict) -> str:
         "| kernel | " + " | ".join(keys) + " |",
         "|---|" + "---:|" * len(keys),
     ]
-    for row in results["kernels"]:
+    for row in results["rows"]:
         med = row["after_another_median_s"]
         ratio = row["after_another_ratio_to_numpy"]
-        cells = [f"{med[k] * 1e3:.2f} ms ({ratio[k]:.2f}×)" if k in med else "–" for k in keys]
+        cells = [f"{pb.fmt_seconds(med[k])} ({ratio[k]:.2f}×)" if k in med else "–" for k in keys]
         lines.append(f"| {row['kernel']} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    failures = [
+        f"{row['kernel']} {k}" for row in results["rows"] for k, v in row["status"].items() if v != "ok"
+    ]
+    lines += ["", "Failures: " + ", ".join(failures) if failures else "Every implementation matched NumPy."]
+    lines += [""] + [f"- {note}" for note in results["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> str | None:
+    return pb.plot_ratios(results, path, "fusion strategies vs NumPy (steady state)", IMPLS[1:])
 
 
 def merge_torch(results: dict, repeats: int, kernels: str | None) -> None:
@@ -347,13 +371,14 @@ def merge_torch(results: dict, repeats: int, kernels: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, __file__, "--torch-only", "--out", tmp, "--repeats", str(repeats)]
         if kernels:
-            cmd += ["--kernels", kernels]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+            cmd += ["--only", kernels]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=pb.child_env(OPENBLAS_NUM_THREADS=1))
         if done.returncode != 0 or not (Path(tmp) / "results.json").exists():
             print(f"torch peers failed:\n{done.stderr[-2000:]}")
+            results["notes"].append(f"torch: its benchmark process failed ({done.stderr.strip()[-300:]})")
             return
-        peers = {r["kernel"]: r for r in json.loads((Path(tmp) / "results.json").read_text())["kernels"]}
-    for row in results["kernels"]:
+        peers = {r["kernel"]: r for r in json.loads((Path(tmp) / "results.json").read_text())["rows"]}
+    for row in results["rows"]:
         peer = peers.get(row["kernel"])
         if peer is None:
             continue
@@ -369,33 +394,51 @@ def merge_torch(results: dict, repeats: int, kernels: str | None) -> None:
                 row[field][key] = peer[field][key]
             row["peak_bytes"][key] = peer["peak_bytes"][key]
             row["correct"][key] = peer["correct"][key]
+            row["status"][key] = peer["status"][key]
         row["torch_process_numpy_median_s"] = peer["median_s"]["numpy"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, 3 repeats (CI)")
-    ap.add_argument(
-        "--out", type=Path, help="output folder (default results/ here; a temp folder with --quick)"
+    pb.add_common_args(
+        ap,
+        threads_default="1",
+        threads_help="thread counts; only 1: this experiment is about fusion on one thread "
+        "(2026-11-cpu-kernels measures every core)",
     )
-    ap.add_argument("--repeats", type=int)
-    ap.add_argument("--kernels", help="comma-separated subset, e.g. softmax,layernorm")
+    ap.add_argument("--only", "--kernels", dest="only", help="comma-separated subset, e.g. softmax,layernorm")
     ap.add_argument("--torch-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.threads != [1]:
+        ap.error("--threads: only 1 is measured here (fusion on one thread); see papers/2026-11-cpu-kernels")
     repeats = args.repeats or (3 if args.quick else 11)
-    out = args.out or (Path(tempfile.mkdtemp(prefix="tl-fusion-")) if args.quick else HERE / "results")
-    out.mkdir(parents=True, exist_ok=True)
-    only = args.kernels.split(",") if args.kernels else None
-    results = run(args.quick, repeats, only, torch_only=args.torch_only)
-    if not args.quick and not args.torch_only and importlib.util.find_spec("torch") is not None:
-        merge_torch(results, repeats, args.kernels)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    if args.torch_only:  # the parent process merges these into its tables
+    out = pb.default_out(HERE, args.quick, args.out, "fusion")
+    only = args.only.split(",") if args.only else None
+    if args.torch_only:  # internal: the PyTorch peers in a process of their own
+        pb.save_json({"rows": run(args.quick, repeats, only, torch_only=True)}, out / "results.json")
         return 0
-    (out / "results.md").write_text(markdown(results) + "\n")
-    print(markdown(results))
-    print(f"wrote {out}/results.json, results.md")
-    return 0 if all(all(r["correct"].values()) for r in results["kernels"]) else 1
+    print(pb.env_note(), flush=True)
+    use_peers = pb.peers_enabled(args.peers, args.quick)
+    found = pb.detect_peers(("torch", "numba", "tvm", "halide"), implemented=("torch",))
+    peer_line = pb.peers_line(found, use_peers)
+    print(peer_line, flush=True)
+    results = pb.new_results(
+        EXPERIMENT,
+        QUESTION,
+        args.quick,
+        {"threads": [1], "repeats": repeats, "peers": args.peers, "only": args.only, "sample_s": SAMPLE_S},
+        extra_versions=["torch"],
+    )
+    results["peers"] = found
+    results["notes"].append(peer_line)
+    results["rows"] = run(args.quick, repeats, only)
+    if use_peers and found["torch"]["available"]:
+        merge_torch(results, repeats, args.only)
+    all_ok = all(v == "ok" for row in results["rows"] for v in row["status"].values())
+    results["summary"] = {"all_correct": all_ok}
+    text = pb.write_results(results, out, markdown, plot, TITLE)
+    print(text)
+    return 0 if all_ok else 1
 
 
 if __name__ == "__main__":
