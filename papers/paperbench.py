@@ -236,6 +236,53 @@ def _lscpu() -> dict[str, str]:
     return info
 
 
+def _cpu_jiffies() -> tuple[float, float] | None:
+    """(busy, steal) seconds of all CPUs since boot, from /proc/stat (None where there is none)."""
+    try:
+        fields = [float(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    user, nice, system, _idle, _iowait, irq, softirq = fields[:7]
+    steal = fields[7] if len(fields) > 7 else 0.0
+    return (user + nice + system + irq + softirq) / tick, steal / tick
+
+
+class ForeignLoad:
+    """How busy the rest of the machine was while a child process ran: the CPU time of all
+    processes (from /proc/stat) less that of this process's children, over the wall time, in cores.
+    Use as a context manager around subprocess.run; read `.cores` and `.steal` after."""
+
+    def __enter__(self) -> ForeignLoad:
+        import resource
+        import time
+
+        self._t = time.perf_counter()
+        self._cpu = _cpu_jiffies()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._own = ru.ru_utime + ru.ru_stime + _self_cpu()
+        self.cores: float | None = None
+        self.steal: float | None = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import resource
+        import time
+
+        wall = time.perf_counter() - self._t
+        cpu = _cpu_jiffies()
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = ru.ru_utime + ru.ru_stime + _self_cpu() - self._own
+        if cpu is not None and self._cpu is not None and wall > 0:
+            self.cores = max(0.0, (cpu[0] - self._cpu[0] - own) / wall)
+            self.steal = max(0.0, (cpu[1] - self._cpu[1]) / wall)
+
+
+def _self_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
 def loadavg() -> list[float] | None:
     return list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 

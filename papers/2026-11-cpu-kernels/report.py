@@ -116,6 +116,15 @@ def markdown(results: dict) -> str:
         )
     elif ov.get("error"):
         out.append(f"Cached-call overhead: **error** ({ov['error'].splitlines()[0]}).")
+    foreign = [
+        p["foreign_cores"] for p in results.get("processes_run", []) if p.get("foreign_cores") is not None
+    ]
+    if foreign:
+        out += [
+            "",
+            f"Other processes on the machine used {min(foreign):.2f}–{max(foreign):.2f} cores on average while "
+            f"the {len(foreign)} worker processes ran (per process in results.json, `processes_run`).",
+        ]
     failures = results["summary"].get("failures", [])
     out.append("")
     if failures:

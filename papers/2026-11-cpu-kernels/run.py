@@ -382,14 +382,18 @@ def run_worker(group: Group, args: argparse.Namespace, round_no: int, cache_dir:
             TENSORLANG_CACHE_DIR=cache_dir,
         )
         try:
-            proc = subprocess.run(
-                cmd, capture_output=True, text=True, env=env, timeout=600 if args.quick else 7200
-            )
+            with pb.ForeignLoad() as foreign:
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, env=env, timeout=600 if args.quick else 7200
+                )
         except (OSError, subprocess.SubprocessError) as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
         if proc.returncode != 0 or not out.exists():
             return {"error": f"exit {proc.returncode}: {proc.stderr[-3000:]}"}
-        return json.loads(out.read_text())
+        data = json.loads(out.read_text())
+        data["foreign_cores"] = foreign.cores
+        data["steal_cores"] = foreign.steal
+        return data
 
 
 def merge(results: dict, kernels: list[ks.Kernel], runs: list[tuple[Group, int, dict]]) -> None:
@@ -599,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     t_start = time.perf_counter()
     runs: list[tuple[Group, int, dict]] = []
+    results["processes_run"] = []
     with tempfile.TemporaryDirectory(prefix="tl-bench-cache-") as cache_dir:
         # a fresh compilation cache: the first worker's compile + JIT times are cold
         for r in range(args.rounds):
@@ -610,6 +615,18 @@ def main(argv: list[str] | None = None) -> int:
                 data = run_worker(group, args, r, cache_dir)
                 runs.append((group, r, data))
                 state = "FAILED: " + data["error"].splitlines()[0][:200] if "error" in data else "ok"
+                if data.get("foreign_cores") is not None:
+                    state += f"  (other processes used {data['foreign_cores']:.2f} cores meanwhile)"
+                results["processes_run"].append(
+                    {
+                        "round": r + 1,
+                        "label": group.label,
+                        "wall_s": time.perf_counter() - t0,
+                        "ok": "error" not in data,
+                        "foreign_cores": data.get("foreign_cores"),
+                        "steal_cores": data.get("steal_cores"),
+                    }
+                )
                 print(
                     f"round {r + 1}/{args.rounds} {group.label:36s} {time.perf_counter() - t0:6.1f} s  {state}",
                     flush=True,
