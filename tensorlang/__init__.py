@@ -2,7 +2,7 @@
 
 The front end (this package) turns source text into a checked `ir.Program`; `compile` and
 `Kernel` and `Options` come from `codegen` (the most downstream stage) and are re-exported lazily, the one
-sanctioned upward reference. `__version__` is looked up lazily too (no import of islpy or llvmlite).
+sanctioned upward reference. `grad` (autodiff/, front end only) is loaded lazily too. `__version__` is looked up lazily too (no import of islpy or llvmlite).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = [
     "clear_cache",
     "compile",
     "export",
+    "grad",
 ]
 
 
@@ -61,6 +62,10 @@ def _version() -> str:
 
 
 def __getattr__(name: str):
+    if name == "grad":  # reverse-mode gradients, a source-to-source transform of the front end
+        from .autodiff import grad
+
+        return grad
     if name == "export":  # ahead-of-time export (codegen/aot.py)
         from codegen import aot
 
