@@ -278,6 +278,26 @@ class ForeignLoad:
             self.steal = max(0.0, (cpu[1] - self._cpu[1]) / wall)
 
 
+def wait_for_quiet(max_cores: float, timeout: float, window: float = 2.0) -> float | None:
+    """Wait until processes other than this one (and its finished children) used less than
+    `max_cores` cores over two windows in a row, or `timeout` seconds passed. Returns the cores used
+    in the last window (None without /proc/stat)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    calm, cores = 0, None
+    while True:
+        t0, c0, own0 = time.perf_counter(), _cpu_jiffies(), _self_cpu()
+        if c0 is None:
+            return None
+        time.sleep(window)
+        c1 = _cpu_jiffies()
+        cores = max(0.0, (c1[0] - c0[0] - (_self_cpu() - own0)) / (time.perf_counter() - t0))
+        calm = calm + 1 if cores < max_cores else 0
+        if calm >= 2 or time.monotonic() > deadline:
+            return cores
+
+
 def _self_cpu() -> float:
     t = os.times()
     return t.user + t.system

@@ -531,6 +531,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--update-readme", action="store_true", help="also write the tables into README.md's Findings"
     )
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="before each worker, wait up to S seconds for other processes to use < 0.25 cores",
+    )
     ap.add_argument("--strict", action="store_true", help="exit 1 if any implementation (peers too) failed")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # internal: time these implementations here
     ap.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -585,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_sample_s": args.target,
             "peers": args.peers,
             "only": args.only,
+            "wait_quiet_s": args.wait_quiet,
         },
         extra_versions=list(peers.PEERS),
     )
@@ -611,6 +619,13 @@ def main(argv: list[str] | None = None) -> int:
             if r == 0:
                 order = groups
             for group in order:
+                if args.wait_quiet > 0:  # a shared machine: start each worker when the others are idle
+                    calm = pb.wait_for_quiet(0.25, args.wait_quiet)
+                    if calm is not None and calm >= 0.25:
+                        print(
+                            f"  (still {calm:.2f} cores busy elsewhere after {args.wait_quiet:.0f} s)",
+                            flush=True,
+                        )
                 t0 = time.perf_counter()
                 data = run_worker(group, args, r, cache_dir)
                 runs.append((group, r, data))
