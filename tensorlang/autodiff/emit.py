@@ -13,7 +13,7 @@ import sympy
 from .. import ir, ranges, syntax
 from ..dtypes import ScalarType
 from ..errors import SemanticError
-from .exprs import affine_sympy, from_sympy
+from .exprs import affine_sympy, from_sympy, rewrite
 from .reverse import Generated
 
 Shapes = dict[str, tuple[sympy.Expr, ...]]
@@ -109,18 +109,36 @@ def _conjuncts(c: ir.Expr) -> list[ir.Expr]:
 
 
 def simplify_guards(g: Generated, sizes: set[str]) -> ir.Expr:
-    """The right-hand side without the top-level guard conditions that the ranges imply."""
-    rhs = g.rhs
-    if not (isinstance(rhs, ir.Select) and isinstance(rhs.if_false, ir.Const) and rhs.if_false.value == 0):
-        return rhs
+    """The right-hand side with the guard conditions that the statement's ranges decide folded away
+    (a condition that always holds is dropped, a select whose condition never holds is its other
+    branch)."""
     box = {v: (lo, hi) for v, lo, hi in g.ranges}
-    kept = [c for c in _conjuncts(rhs.cond) if not _implied(c, box, sizes)]
-    if not kept:
-        return rhs.if_true
-    cond = kept[0]
-    for c in kept[1:]:
-        cond = ir.Binary(op="&&", lhs=cond, rhs=c, dtype=ScalarType.BOOL)
-    return ir.Select(cond=cond, if_true=rhs.if_true, if_false=rhs.if_false, dtype=rhs.dtype)
+
+    def fold(e: ir.Expr) -> ir.Expr | None:
+        if not isinstance(e, ir.Select):
+            return None
+        if_true, if_false = rewrite(e.if_true, fold), rewrite(e.if_false, fold)
+        parts = _conjuncts(e.cond)
+        if any(_implied(_negation(c), box, sizes) for c in parts):
+            return if_false
+        kept = [c for c in parts if not _implied(c, box, sizes)]
+        if not kept:
+            return if_true
+        cond = kept[0]
+        for c in kept[1:]:
+            cond = ir.Binary(op="&&", lhs=cond, rhs=c, dtype=ScalarType.BOOL)
+        return ir.Select(cond=cond, if_true=if_true, if_false=if_false, dtype=e.dtype)
+
+    return rewrite(g.rhs, fold)
+
+
+_NEGATED = {">=": "<", "<": ">=", ">": "<=", "<=": ">"}
+
+
+def _negation(c: ir.Expr) -> ir.Expr:
+    if isinstance(c, ir.Binary) and c.op in _NEGATED and c.lhs.dtype.is_integer:
+        return ir.Binary(op=_NEGATED[c.op], lhs=c.lhs, rhs=c.rhs, dtype=c.dtype)
+    return ir.Const(value=False, dtype=ScalarType.BOOL)  # never "implied"
 
 
 # ---------------------------------------------------------------- where clauses

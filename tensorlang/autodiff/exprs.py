@@ -147,6 +147,10 @@ def rewrite(e: ir.Expr, fn: Callable[[ir.Expr], ir.Expr | None]) -> ir.Expr:
     new = fn(e)
     if new is not None:
         return new
+    kids = ir.children(e)
+    rebuilt = tuple(rewrite(k, fn) for k in kids)
+    if all(a is b for a, b in zip(kids, rebuilt)):
+        return e  # unchanged nodes keep their identity (the scan rule recognises reads by it)
     match e:
         case ir.Read(indices=ix):
             return dataclasses.replace(e, indices=tuple(rewrite(i, fn) for i in ix))
@@ -229,7 +233,7 @@ def from_sympy(x: sympy.Expr, sizes: set[str]) -> ir.Expr:
         coeff, rest = x.as_coeff_Mul()
         if coeff.is_Rational and not coeff.is_Integer:
             # a rational coefficient only comes from a floor that sympy split; keep it exact
-            num, den = sympy.fraction(sympy.together(x))
+            num, den = _over_common_denominator(x)
             return ir.Binary(op="/", lhs=from_sympy(num, sizes), rhs=from_sympy(den, sizes), dtype=INT32)
         if coeff == -1:
             return ir.Unary(op="-", operand=from_sympy(rest, sizes), dtype=INT32)
@@ -247,10 +251,10 @@ def from_sympy(x: sympy.Expr, sizes: set[str]) -> ir.Expr:
             out = ir.Binary(op="*", lhs=out, rhs=base, dtype=INT32)
         return out
     if isinstance(x, sympy.floor):
-        num, den = sympy.fraction(sympy.together(x.args[0]))
+        num, den = _over_common_denominator(x.args[0])
         return ir.Binary(op="/", lhs=from_sympy(num, sizes), rhs=from_sympy(den, sizes), dtype=INT32)
     if isinstance(x, sympy.ceiling):
-        num, den = sympy.fraction(sympy.together(x.args[0]))
+        num, den = _over_common_denominator(x.args[0])
         return ir.Binary(
             op="/", lhs=from_sympy(num + den - 1, sizes), rhs=from_sympy(den, sizes), dtype=INT32
         )
@@ -266,6 +270,13 @@ def from_sympy(x: sympy.Expr, sizes: set[str]) -> ir.Expr:
             out = ir.Binary(op=op, lhs=out, rhs=a, dtype=INT32)
         return out
     raise ValueError(f"cannot express {x} in the language")
+
+
+def _over_common_denominator(x: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """x as num / den with an integral num (x a sum of terms with rational coefficients)."""
+    x = sympy.expand(x)
+    den = sympy.ilcm(1, *(sympy.fraction(c)[1] for c in x.as_coefficients_dict().values()))
+    return sympy.expand(x * den), sympy.Integer(den)
 
 
 def _term_order(t: sympy.Expr) -> tuple[int, str]:

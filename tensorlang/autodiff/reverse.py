@@ -165,17 +165,27 @@ class Reverse:
                 data = any(isinstance(n, ir.Read) for i in rd.indices for n in ir.walk(i))
                 original = ir.Read(tensor=version.tensor, indices=rd.indices, dtype=rd.dtype, span=rd.span)
                 what = "the gather" if data else "the read"
+                span = read_span(original)
                 raise SemanticError(
-                    f"tl.grad: the gradient of {what} {original} needs scatter-add (a reduction onto a "
+                    f"tl.grad: the gradient of {what} {span.text if span else original} needs scatter-add (a reduction onto a "
                     f"data-dependent or non-invertible left-hand side), which tensorlang does not support "
                     f"yet ({why}); leave {version.tensor} out of wrt",
-                    read_span(original),
+                    span,
                 ) from None
             value = substitute(total, gather.substitution)
             value = _guard(gather.guards, value)
+            # a reduction index the contribution does not mention sums equal terms: a factor
+            present = {n.name for n in ir.walk(value) if isinstance(n, ir.IndexRef)}
+            reduction = [v for v in gather.reduction if v in present]
+            for v in gather.reduction:
+                if v not in present:
+                    count = ir.Cast(
+                        operand=from_sympy(ranges[v][1] - ranges[v][0], self.sizes), dtype=value.dtype
+                    )
+                    value = mul(value, count)
             lhs_ranges = tuple((i, *gather.ranges[i]) for i in gather.lhs)
-            red_ranges = tuple((v, *ranges[v]) for v in gather.reduction)
-            self.contribute(version, gather.lhs, value, lhs_ranges + red_ranges, bool(gather.reduction))
+            red_ranges = tuple((v, *ranges[v]) for v in reduction)
+            self.contribute(version, gather.lhs, value, lhs_ranges + red_ranges, bool(reduction))
 
     # ------------------------------------------------------------ the pass
 
