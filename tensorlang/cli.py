@@ -24,6 +24,7 @@ USAGE = (
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...] [OPTIONS]
 tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S] [OPTIONS]
 tensorlang export FILE.tc [--name N] [--shape A=8x12 ... | --size N=8 ...] -o DIR [OPTIONS]
+tensorlang grad FILE.tc [--name N] [--wrt A,B]
 tensorlang cache info|clear
 tensorlang --version
 
@@ -303,6 +304,19 @@ def _export(argv: Sequence[str]) -> int:
     return 0
 
 
+def _grad(argv: Sequence[str]) -> int:
+    """`grad`: print the gradient program of a def (tl.grad), ready for `tl.compile`."""
+    import tensorlang as tl
+
+    p = argparse.ArgumentParser(prog="tensorlang grad", usage=USAGE)
+    p.add_argument("file", help="source file (.tc)")
+    p.add_argument("--name", help="the def to differentiate when the file holds several")
+    p.add_argument("--wrt", metavar="A,B", help="inputs to differentiate by (default: every float input)")
+    args = p.parse_args(argv)
+    print(tl.grad(_read(args.file), args.name, wrt=args.wrt, filename=args.file), end="")
+    return 0
+
+
 def _cache(argv: Sequence[str]) -> int:
     """`cache info`: where the compilation cache is and what it holds; `cache clear`: empty it."""
     import tensorlang as tl
@@ -331,6 +345,7 @@ def _version(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "run": _run,
     "export": _export,
+    "grad": _grad,
     "cache": _cache,
     "--version": _version,
 }

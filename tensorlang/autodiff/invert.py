@@ -168,12 +168,12 @@ def invert(
                     dtype=INT32,
                 )
             )
-            # lo <= num / a < hi, i.e. a*lo <= num <= a*(hi - 1) for a > 0 (reversed for a < 0)
+            # lo <= num / a < hi; num is a multiple of a there, so the division is exact
             low, high = (a * lo, a * (hi - 1)) if a > 0 else (a * (hi - 1), a * lo)
             if not holds(num - low):
                 emit(num, ">=", low)
             if not holds(high - num):
-                emit(num, "<=", high)
+                guards.append(compare("<", substitution[v], from_sympy(hi, sizes)))
             continue
         substitution[v] = from_sympy(x, sizes)
         if v in plain:
