@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import warnings
 
-import islpy as isl
-
-from polyhedral import build_scop
-from scheduler import compute_schedule
-from tensorlang import frontend
-from tensorlang.errors import TensorLangError, TensorLangWarning, verification_enabled
+from tensorlang.errors import TensorLangError, TensorLangWarning
 
 from .options import Options
+from .runtime import warm
 from .runtime.kernel import Kernel
 
 
@@ -19,7 +15,11 @@ def compile(  # noqa: A001
     source: str, name: str | None = None, *, options: Options | None = None, filename: str = "<source>"
 ) -> Kernel:
     """Compile the def `name` (or the only def) of `source` into a Kernel. `filename` is the name
-    errors and warnings locate the source by (`matmul.tc:3:14`), as for Python's `compile`."""
+    errors and warnings locate the source by (`matmul.tc:3:14`), as for Python's `compile`.
+
+    With the compilation cache on, a program compiled before (same text, name, filename, options,
+    thread count and compiler) is not compiled again: its record (runtime/warm.py) gives the
+    Kernel, and its warnings are given again."""
     if not isinstance(source, str):
         raise TensorLangError(
             f"tensorlang.compile expects the source text as a str, got {type(source).__name__}"
@@ -32,6 +32,34 @@ def compile(  # noqa: A001
         options = Options()
     elif not isinstance(options, Options):
         raise TensorLangError(f"options= must be a tensorlang.Options, got {type(options).__name__}")
+    key = warm.program_key(source, name, filename, repr(options), options.schedule.thread_count())
+    record = warm.load_program(key)
+    if record is not None:
+        for message in record.warnings:
+            warnings.warn(message, TensorLangWarning, stacklevel=2)
+        return Kernel.from_records(record.interface, options, source, filename, key)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # all of them, to record; the caller's filters apply below
+        program, schedule, syntax_text = run_stages(source, name, options, filename)
+    for w in caught:
+        warnings.warn(w.message, stacklevel=2)
+    kernel = Kernel(program, schedule, options, syntax_text, source=source, filename=filename)
+    kernel.program_key = key
+    given = [str(w.message) for w in caught if issubclass(w.category, TensorLangWarning)]
+    warm.store_program(key, kernel.interface, given)
+    return kernel
+
+
+def run_stages(source: str, name: str | None, options: Options, filename: str):
+    """Front end, polyhedral model and schedule of the def: (ir.Program, Schedule, the printed
+    syntax tree). Raises the user's errors as TensorLangErrors."""
+    import islpy as isl
+
+    from polyhedral import build_scop
+    from scheduler import compute_schedule
+    from tensorlang import frontend
+    from tensorlang.errors import verification_enabled
+
     program = frontend.check_source(source, name, filename)
     syntax_text = str(frontend.select_def(frontend.parse_source(source, filename), program.name))
     try:
@@ -44,12 +72,13 @@ def compile(  # noqa: A001
         raise TensorLangError(
             f"{program.name}: internal compiler error in the polyhedral stages: {exc}"
         ) from exc
-    return Kernel(program, schedule, options, syntax_text, source=source, filename=filename)
+    return program, schedule, syntax_text
 
 
 def unpickle_kernel(source: str, name: str, options: Options, filename: str) -> Kernel:
-    """A pickled Kernel: compiled again from its source. The warnings were given when it was
-    first compiled, so they are not repeated (in every worker of a pool, say)."""
+    """A pickled Kernel: compiled again from its source (a cache hit: runtime/warm.py). The
+    warnings were given when it was first compiled, so they are not repeated (in every worker
+    of a pool, say)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TensorLangWarning)
         return compile(source, name, options=options, filename=filename)

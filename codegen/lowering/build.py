@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..planning.plan import KernelPlan
 from . import disk_cache
 from .abi import KernelLayout, kernel_layout
@@ -27,10 +29,20 @@ def _layout_text(layout: KernelLayout) -> str:
     return repr(layout)
 
 
-def build(plan: KernelPlan) -> tuple[MachineCode, KernelLayout, bool]:
-    """Machine code for the plan, its layout, and whether it came from the disk cache. The
-    GEMM bodies its contractions call are published first (they are external symbols of the
-    kernel's object code). Raises what lowering or LLVM raise (isl.Error, RuntimeError)."""
+@dataclass(frozen=True)
+class Built:
+    """A plan's machine code, its layout, its disk-cache key and whether it came from there."""
+
+    code: MachineCode
+    layout: KernelLayout
+    key: str
+    from_disk: bool
+
+
+def build(plan: KernelPlan) -> Built:
+    """Machine code for the plan. The GEMM bodies its contractions call are published first
+    (they are external symbols of the kernel's object code). Raises what lowering or LLVM raise
+    (isl.Error, RuntimeError)."""
     for contraction in plan.contractions.values():  # GEMM bodies: compiled once per process
         shared_gemm(plan.program.tensor(contraction.c.tensor).dtype.numpy_name)
     key = plan_cache_key(plan)
@@ -40,7 +52,7 @@ def build(plan: KernelPlan) -> tuple[MachineCode, KernelLayout, bool]:
         data, meta = entry
         if meta.get("kind") == "kernel" and meta.get("layout") == _layout_text(layout):
             try:
-                return jit_object(data, lambda: _optimised_text(plan)), layout, True
+                return Built(jit_object(data, lambda: optimised_text(plan)), layout, key, True)
             except RuntimeError:  # LLVM rejected it: compile and overwrite
                 pass
     module, layout = lower_to_llvm(plan)
@@ -57,10 +69,10 @@ def build(plan: KernelPlan) -> tuple[MachineCode, KernelLayout, bool]:
                 "sizes": dict(plan.sizes) if plan.sizes is not None else None,
             },
         )
-    return code, layout, False
+    return Built(code, layout, key, False)
 
 
-def _optimised_text(plan: KernelPlan) -> str:
+def optimised_text(plan: KernelPlan) -> str:
     """The optimised module of a plan whose machine code came from the disk cache (inspection)."""
     module, _ = lower_to_llvm(plan)
     with _lock:

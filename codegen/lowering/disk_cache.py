@@ -7,9 +7,12 @@ the same directory and published with `os.replace`, so a reader never sees a par
 concurrent writers of one key are safe (the last one wins; a reader that pairs one writer's
 metadata with another's object sees a checksum mismatch and recompiles). Nothing is ever
 unpickled; object code is loaded only when its metadata names the requested key and its sha256
-matches. The metadata file's mtime is its last use (`os.utime` on a hit); past the size bound the
-least recently used entries are deleted. Any OS error makes the cache step aside (one
-TensorLangWarning per process): compiling never depends on it.
+matches. Records (`store_record`) are JSON-only entries, `<key>.json` holding a checksummed
+payload: the program and call records that let a fresh process skip the front end
+(codegen/runtime/warm.py). The metadata file's mtime is its last use (`os.utime` on a hit); past
+the size bound the least recently used entries are deleted (measured after every 1/64 of the
+bound a process writes). Any OS error makes the cache step aside (one TensorLangWarning per
+process): compiling never depends on it.
 
 Root: TENSORLANG_CACHE_DIR, else the user cache directory (platformdirs). TENSORLANG_CACHE=0 turns
 it off; TENSORLANG_CACHE_MAX_BYTES bounds it (default 512 MiB).
@@ -78,13 +81,15 @@ def _entries_dir() -> Path:
 
 
 @functools.cache
-def _codegen_source_hash() -> str:
-    """sha256 of codegen's Python sources: a code change in development never loads stale code."""
-    package = Path(__file__).resolve().parents[1]
+def _source_hash() -> str:
+    """sha256 of the compiler's Python sources (every stage: a cached program record skips the
+    front end too), so that a code change in development never loads stale code."""
+    root = Path(__file__).resolve().parents[2]
     digest = hashlib.sha256()
-    for path in sorted(package.rglob("*.py")):
-        digest.update(str(path.relative_to(package)).encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    for package in ("tensorlang", "polyhedral", "scheduler", "codegen"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -106,7 +111,7 @@ def environment() -> dict[str, object]:
         "caches": [cache_size(level) for level in (1, 2, 3)],
         "gemm": [repr(gemm_blocking(dtype)) for dtype in ("float32", "float64")],
         "tensorlang": _tensorlang_version(),
-        "codegen_sources": _codegen_source_hash(),
+        "sources": _source_hash(),
         "llvmlite": llvmlite.__version__,
         "llvm": list(llvm.llvm_version_info),
         "python": sys.implementation.cache_tag,
@@ -199,15 +204,90 @@ def store(key: str, data: bytes, meta: Mapping[str, object]) -> bool:
         cache_root().mkdir(mode=0o700, parents=True, exist_ok=True)  # private: it holds code we run
         obj_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         _write_atomic(obj_path, data)
-        _write_atomic(meta_path, json.dumps(record, sort_keys=True, indent=1).encode())
+        text = json.dumps(record, sort_keys=True, indent=1).encode()
+        _write_atomic(meta_path, text)
     except OSError as exc:
         _warn_once("be written", exc)
         return False
-    evict(max_bytes())
+    _written(len(data) + len(text))
     return True
 
 
+def _payload_digest(payload: object) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def store_record(key: str, payload: Mapping[str, object]) -> bool:
+    """A JSON-only entry (`<key>.json`, no object code): the facts a cache-warm process needs
+    to skip the front end (codegen/runtime/warm.py). Atomic, checksummed, evicted like the rest."""
+    if not enabled():
+        return False
+    _, meta_path = _paths(key)
+    record = {
+        "format": FORMAT,
+        "key": key,
+        "kind": "record",
+        "payload": payload,
+        "sha256": _payload_digest(payload),
+        "created": time.time(),
+    }
+    try:
+        cache_root().mkdir(mode=0o700, parents=True, exist_ok=True)
+        meta_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        text = json.dumps(record, sort_keys=True).encode()
+        _write_atomic(meta_path, text)
+    except (OSError, TypeError, ValueError) as exc:
+        _warn_once("be written", exc)
+        return False
+    _written(len(text))
+    return True
+
+
+def load_record(key: str) -> dict | None:
+    """The payload stored by store_record under `key`, or None: absent, or not trustworthy."""
+    if not enabled():
+        return None
+    _, meta_path = _paths(key)
+    try:
+        record = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if (
+        not isinstance(record, dict)
+        or record.get("format") != FORMAT
+        or record.get("key") != key
+        or record.get("kind") != "record"
+        or not isinstance(record.get("payload"), dict)
+        or record.get("sha256") != _payload_digest(record["payload"])
+    ):
+        return None
+    try:
+        os.utime(meta_path)
+    except OSError:
+        pass
+    return record["payload"]
+
+
 # ------------------------------------------------------------------ size, eviction, info
+
+# Bytes this process wrote since it last measured the cache. Measuring lists every entry, so it
+# runs once 1/64 of the bound has been written (and on a process's first write), not per write:
+# a test session writes thousands of entries. The cache may then pass its bound by that much per
+# writing process, until the next measurement.
+_unmeasured = [None]
+_unmeasured_lock = threading.Lock()
+
+
+def _written(nbytes: int) -> None:
+    bound = max_bytes()
+    with _unmeasured_lock:
+        pending = _unmeasured[0]
+        due = pending is None or pending + nbytes > bound // 64
+        _unmeasured[0] = 0 if due else pending + nbytes
+    if due:
+        evict(bound)
 
 
 def _entries() -> list[tuple[float, int, Path, Path]]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tensorlang import ir
 from tensorlang.errors import ArgumentError
+
+if TYPE_CHECKING:  # calls read the Interface (runtime/interface.py), which has ir's shape
+    from tensorlang import ir
 
 _INT32_MAX = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -80,17 +83,9 @@ def _python_number(
     return np.array(value, dtype=expected)
 
 
-def input_dims(program: ir.Program) -> tuple[tuple[tuple[str, int | str], ...], ...]:
-    """Per input and dimension: ("const", n) or ("size", name), computed once per kernel."""
-    return tuple(
-        tuple(("const", int(d)) if d.is_Integer else ("size", str(d)) for d in t.shape)
-        for t in program.inputs
-    )
-
-
-def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray], dims=None) -> dict[str, int]:
-    """Size symbol → value from the input shapes, checking constants and repeated symbols."""
-    dims = dims if dims is not None else input_dims(program)
+def bind_sizes(program: ir.Program, arrays: Sequence[np.ndarray], dims) -> dict[str, int]:
+    """Size symbol → value from the input shapes, checking constants and repeated symbols;
+    `dims` gives, per input and dimension, ("const", n) or ("size", name) (Interface.input_dims)."""
     sizes: dict[str, int] = {}
     origin: dict[str, tuple[str, int]] = {}
     for tensor, array, declared_dims in zip(program.inputs, arrays, dims):

@@ -9,40 +9,44 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import islpy as isl
 import numpy as np
 
-from polyhedral import Scop
-from polyhedral.sizes import compile_size_expr
-from scheduler import Schedule
-from tensorlang import ir
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
-from ..lowering.abi import ERROR_DIVISION, ERROR_INDEX, KernelLayout
-from ..lowering.build import build
-from ..lowering.jit import MachineCode, assembly_of, optimise
-from ..lowering.lower import lower_to_llvm
+from ..lowering.status import ERROR_DIVISION, ERROR_INDEX
 from ..options import Options
-from ..planning.plan import KernelPlan, PhasePlan, param_values, plan_kernel
-from ..planning.storage import ContractedTemporary
+from ..planning.runs import PhasePlan
 from . import arguments as args_
+from . import warm
+from .interface import Interface, interface_of
 from .parallel import Workspaces, renew_after_fork, run_phases
+
+# The stages' modules (islpy, sympy, LLVM IR) are imported where they are used: a Kernel made
+# from the disk cache's records (runtime/warm.py) runs its calls without them.
+if TYPE_CHECKING:
+    from polyhedral import Scop
+    from scheduler import Schedule
+    from tensorlang import ir
+
+    from ..lowering.jit import MachineCode
+    from ..planning.plan import KernelPlan
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 
 
 @dataclass
 class Specialisation:
-    """Machine code for one set of sizes, with the parameter values it was built for."""
+    """Machine code for one set of sizes, with the parameter values it was built for: what a
+    call reads, all of it plain data (warm.CallRecord stores it)."""
 
-    plan: KernelPlan
     code: MachineCode
-    layout: KernelLayout
+    buffers: tuple[str, ...]  # the tensors in the kernel's pointer-array order
     params: np.ndarray  # int64 parameter array passed at each call
     plans: tuple[PhasePlan, ...]
     workspaces: Workspaces
-    contracted: Mapping[str, ContractedTemporary]  # temporaries stored as one slice per thread
+    contracted: Mapping[str, int]  # temporaries stored as one slice per thread → workspace offset
     layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
 
@@ -53,7 +57,16 @@ class Specialisation:
     @functools.cached_property
     def workspace_slots(self) -> tuple[tuple[int, int], ...]:
         """(index in the buffer list, offset in a thread's workspace) of each contracted temporary."""
-        return tuple((self.layout.tensors.index(name), c.offset) for name, c in self.contracted.items())
+        return tuple((self.buffers.index(name), offset) for name, offset in self.contracted.items())
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The compiled stages of a def: what planning, inspection and error messages read."""
+
+    program: ir.Program
+    schedule: Schedule
+    syntax_text: str  # the def's syntax tree, printed (inspect("ast"))
 
 
 class Kernel:
@@ -75,25 +88,42 @@ class Kernel:
         source: str | None = None,
         filename: str = "<source>",
     ):
-        self.program = program
-        self.schedule = schedule
-        self.scop: Scop = schedule.scop
+        self._setup(interface_of(program), options, source, filename)
+        self._stages: Stages | None = Stages(program, schedule, syntax_text)
+
+    @classmethod
+    def from_records(
+        cls, interface: Interface, options: Options, source: str, filename: str, program_key: str
+    ) -> Kernel:
+        """A Kernel of a program compiled in an earlier process (warm.ProgramRecord): its stages
+        run only when something needs them (sizes without a call record, inspect, an error)."""
+        kernel = cls.__new__(cls)
+        kernel._setup(interface, options, source, filename)
+        kernel._stages = None
+        kernel.program_key = program_key
+        return kernel
+
+    def _setup(self, interface: Interface, options: Options, source: str | None, filename: str) -> None:
+        self.interface = interface
         self.options = options
-        self._syntax_text = syntax_text
         self.source = source  # the text compiled (tl.compile keeps it): what a pickle carries
         self.filename = filename
-        self._shape_fns = {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in program.tensors}
-        self._input_dims = args_.input_dims(program)
+        # the key of this def's program record (tl.compile with the cache on): calls then store
+        # and look up call records (runtime/warm.py)
+        self.program_key: str | None = None
+        self._input_dims = interface.input_dims
         # tensors a `+=`-without-`!` accumulates into first: they start from zeros (or out=)
-        self._uninitialised = frozenset(st.tensor for st in program.statements if st.uninitialized)
-        self._requirements = tuple((compile_size_expr(r.expr), r) for r in program.requirements)
+        self._uninitialised = interface.uninitialised
+        self._pending_calls: dict[tuple[int, ...], warm.CallRecord] = {}  # loaded, not yet used
+        self._warm_objects: dict[str, MachineCode] = {}  # generic code shared by call records
         # per set of sizes, least recently called first; at most options.max_specializations each
         self._cache: OrderedDict[tuple[int, ...], Specialisation] = OrderedDict()
         self._shape_cache: OrderedDict[tuple[int, ...], dict[str, tuple[int, ...]]] = OrderedDict()
         self._reschedules: dict[tuple, Schedule] = {}  # schedules after contraction planning
-        self._generic = None  # (plan, machine code, layout) of the parametric kernel
+        self._generic = None  # (plan, build.Built) of the parametric kernel
         self._lock = threading.Lock()  # held while building a specialisation
         self._cache_lock = threading.Lock()  # held briefly for the two caches' bookkeeping
+        self._stages_lock = threading.Lock()  # held while running the stages a warm Kernel skipped
         renew_after_fork(self)
         self.compile_count = 0  # specialisations built so far (observable cache behaviour)
         self.disk_hits = 0  # of those, how many were loaded from the disk cache
@@ -102,6 +132,48 @@ class Kernel:
         """In a forked child: fresh locks (another thread of the parent may have held them)."""
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
+        self._stages_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ the compiled stages
+
+    def _compiled_stages(self) -> Stages:
+        stages = self._stages
+        if stages is None:
+            with self._stages_lock:
+                if self._stages is None:
+                    from ..driver import run_stages
+
+                    with warnings.catch_warnings():  # given when the program was first compiled
+                        warnings.simplefilter("ignore", TensorLangWarning)
+                        self._stages = Stages(
+                            *run_stages(self.source, self.name, self.options, self.filename)
+                        )
+                stages = self._stages
+        return stages
+
+    @property
+    def program(self) -> ir.Program:
+        return self._compiled_stages().program
+
+    @property
+    def schedule(self) -> Schedule:
+        return self._compiled_stages().schedule
+
+    @property
+    def scop(self) -> Scop:
+        return self._compiled_stages().schedule.scop
+
+    @functools.cached_property
+    def _shape_fns(self):
+        from polyhedral.sizes import compile_size_expr
+
+        return {t.name: tuple(compile_size_expr(d) for d in t.shape) for t in self.program.tensors}
+
+    @functools.cached_property
+    def _requirements(self):
+        from polyhedral.sizes import compile_size_expr
+
+        return tuple((compile_size_expr(r.expr), r) for r in self.program.requirements)
 
     def __reduce__(self):
         """Pickled as source, name, options and filename, never machine code, locks or caches:
@@ -114,17 +186,17 @@ class Kernel:
 
     @property
     def name(self) -> str:
-        return self.program.name
+        return self.interface.name
 
     def __repr__(self) -> str:
-        ins = ", ".join(str(t) for t in self.program.inputs)
-        outs = ", ".join(t.name for t in self.program.outputs)
+        ins = ", ".join(str(t) for t in self.interface.inputs)
+        outs = ", ".join(t.name for t in self.interface.outputs)
         return f"<tensorlang.Kernel {self.name}({ins}) -> ({outs})>"
 
     # ------------------------------------------------------------------ calling
 
     def __call__(self, *inputs: object, out: object = None):
-        program = self.program
+        program = self.interface
         if len(inputs) != len(program.inputs):
             names = ", ".join(t.name for t in program.inputs)
             raise ArgumentError(
@@ -177,13 +249,13 @@ class Kernel:
     def _shared_views(self, spec: Specialisation, shapes) -> dict[str, np.ndarray]:
         sizes_of = {}
         for name, slot in spec.sharing.items():
-            t = self.program.tensor(name)
+            t = self.interface.tensor(name)
             nbytes = int(np.prod(shapes[name], dtype=np.int64)) * np.dtype(t.dtype.numpy_name).itemsize
             sizes_of[slot] = max(sizes_of.get(slot, 0), nbytes)
         slots = {slot: np.empty(max(1, n), dtype=np.uint8) for slot, n in sizes_of.items()}
         views = {}
         for name, slot in spec.sharing.items():
-            t = self.program.tensor(name)
+            t = self.interface.tensor(name)
             dtype = np.dtype(t.dtype.numpy_name)
             count = int(np.prod(shapes[name], dtype=np.int64))
             views[name] = slots[slot][: count * dtype.itemsize].view(dtype).reshape(shapes[name])
@@ -192,11 +264,12 @@ class Kernel:
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         """Output and temporary shapes for these sizes, after checking the call-time requirements
         (cached per set of sizes: only sizes that passed are cached)."""
-        key = tuple(sizes[s.name] for s in self.program.sizes)
+        key = tuple(sizes[s] for s in self.interface.sizes)
         shapes = self._recall(self._shape_cache, key)
         if shapes is not None:
             return shapes
-        shapes = self._compute_shapes(sizes)
+        record = self._call_record(key, sizes)
+        shapes = dict(record.shapes) if record is not None else self._compute_shapes(sizes)
         with self._cache_lock:
             self._remember(self._shape_cache, key, shapes)
         return shapes
@@ -240,7 +313,7 @@ class Kernel:
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
         # contracted temporaries have no storage of their own: their slots point into a workspace
-        addresses = [storage[n].ctypes.data if n in storage else 0 for n in spec.layout.tensors]
+        addresses = [storage[n].ctypes.data if n in storage else 0 for n in spec.buffers]
         slots = spec.workspace_slots
         arrays = {}  # keeps each pointer array alive during the call
 
@@ -278,7 +351,7 @@ class Kernel:
         return ArgumentError(f"{self.name}: kernel failed with code {code}")
 
     def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
-        key = tuple(sizes[s.name] for s in self.program.sizes)
+        key = tuple(sizes[s] for s in self.interface.sizes)
         spec = self._recall(self._cache, key)
         if spec is not None:
             return spec
@@ -286,56 +359,144 @@ class Kernel:
             with self._cache_lock:
                 spec = self._cache.get(key)
             if spec is None:
+                spec = self._recorded_specialisation(key, sizes)
+            if spec is None:
                 self._check_preconditions(sizes)
-                spec = self._build(sizes)
-                with self._cache_lock:
-                    self._remember(self._cache, key, spec)
+                spec = self._build(sizes, key)
+            with self._cache_lock:
+                self._remember(self._cache, key, spec)
         return spec
+
+    def _call_record(self, key: tuple[int, ...], sizes: Mapping[str, int]) -> warm.CallRecord | None:
+        """The call record of these sizes from an earlier process (kept until its specialisation
+        is made), or None."""
+        if self.program_key is None:
+            return None
+        with self._cache_lock:
+            record = self._pending_calls.get(key)
+        if record is None:
+            record = warm.load_call(warm.call_key(self.program_key, key), self.interface, sizes)
+            if record is not None:
+                with self._cache_lock:
+                    self._pending_calls[key] = record
+        return record
+
+    def _recorded_specialisation(
+        self, key: tuple[int, ...], sizes: Mapping[str, int]
+    ) -> Specialisation | None:
+        """The specialisation of a call record and its object code, both from the disk cache,
+        without the front end or planning; None when either is missing or unusable."""
+        record = self._call_record(key, sizes)
+        if record is None:
+            return None
+        with self._cache_lock:
+            self._pending_calls.pop(key, None)
+        code = self._warm_objects.get(record.object_key)
+        if code is None:
+            from ..lowering import disk_cache
+            from ..lowering.gemm_jit import shared_gemm
+            from ..lowering.jit import jit_object
+
+            entry = disk_cache.load(record.object_key)
+            if entry is None or entry[1].get("kind") != "kernel":
+                return None
+            for dtype in record.gemm_dtypes:  # the object code's external symbols
+                shared_gemm(dtype)
+            try:
+                code = jit_object(entry[0], functools.partial(self._optimised_ir, dict(sizes)))
+            except RuntimeError:  # LLVM rejected it: compile again (and overwrite it)
+                return None
+            if not self.options.specialize:  # one generic object serves every call record
+                self._warm_objects[record.object_key] = code
+        self.compile_count += 1
+        self.disk_hits += 1
+        return Specialisation(
+            code,
+            record.buffers,
+            np.array(record.params or (0,), dtype=np.int64),
+            record.phases,
+            Workspaces(record.workspace_bytes),
+            record.contracted,
+            record.layouts,
+            record.sharing,
+        )
+
+    def _optimised_ir(self, sizes: Mapping[str, int]) -> str:
+        """The optimised module of the code that runs for these sizes (inspection of a cache hit)."""
+        from ..lowering.build import optimised_text
+
+        return optimised_text(self._plan(sizes))
 
     def _plan(self, sizes: Mapping[str, int] | None) -> KernelPlan:
         """The plan of the code that runs for these sizes: specialised to them, or the generic
         plan when `Options(specialize=False)` (or no sizes) — the build path and inspect alike."""
+        import islpy as isl
+
+        from ..planning.plan import plan_kernel
+
         sizes = sizes if self.options.specialize else None
         try:
             return plan_kernel(self.schedule, self.options.codegen, sizes, self._reschedules)
         except isl.Error as exc:  # isl failures are our bugs, not the user's
             raise TensorLangError(f"{self.name}: internal compiler error while planning: {exc}") from exc
 
-    def _compiled(self, plan: KernelPlan) -> tuple[MachineCode, KernelLayout]:
+    def _compiled(self, plan: KernelPlan):
         """Machine code for a plan: from the disk cache (codegen/lowering/disk_cache.py) or
-        generated. Either way `compile_count` counts it (machine code obtained for a plan, the
-        observable behaviour of the in-memory caches); `disk_hits` counts those loaded from disk."""
+        generated, with its layout and disk-cache key. Either way `compile_count` counts it
+        (machine code obtained for a plan, the observable behaviour of the in-memory caches);
+        `disk_hits` counts those loaded from disk."""
+        import islpy as isl
+
+        from ..lowering.build import build
+
         try:
-            code, layout, hit = build(plan)
+            built = build(plan)
         except (isl.Error, RuntimeError) as exc:  # isl or LLVM failures are our bugs, not the user's
             raise TensorLangError(
                 f"{self.name}: internal compiler error while generating code: {exc}"
             ) from exc
         self.compile_count += 1
-        self.disk_hits += hit
-        return code, layout
+        self.disk_hits += built.from_disk
+        return built
 
-    def _build(self, sizes: Mapping[str, int]) -> Specialisation:
+    def _build(self, sizes: Mapping[str, int], key: tuple[int, ...]) -> Specialisation:
+        from ..planning.plan import param_values
+
         values = param_values(self.scop, sizes)
         if self.options.specialize:
             plan = self._plan(sizes)
-            code, layout = self._compiled(plan)
+            built = self._compiled(plan)
         else:  # one parametric kernel, compiled once, run with each call's sizes
             if self._generic is None:
                 plan = self._plan(None)
-                self._generic = (plan, *self._compiled(plan))
-            plan, code, layout = self._generic
-        params = np.array([values[p] for p in layout.params] or [0], dtype=np.int64)
-        return Specialisation(
-            plan,
-            code,
-            layout,
+                self._generic = (plan, self._compiled(plan))
+            plan, built = self._generic
+        params = tuple(values[p] for p in built.layout.params)
+        record = warm.CallRecord(
+            built.key,
+            tuple(
+                sorted({plan.program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()})
+            ),
+            self._shapes(sizes),
+            built.layout.tensors,
             params,
             plan.phase_runs(sizes, values),
-            Workspaces(plan.workspace_bytes),
-            plan.contracted,
-            plan.layouts,
-            plan.sharing,
+            plan.workspace_bytes,
+            {name: c.offset for name, c in plan.contracted.items()},
+            dict(plan.layouts),
+            dict(plan.sharing),
+        )
+        if self.program_key is not None:
+            warm.store_call(warm.call_key(self.program_key, key), record)
+        return Specialisation(
+            built.code,
+            record.buffers,
+            np.array(params or (0,), dtype=np.int64),
+            record.phases,
+            Workspaces(record.workspace_bytes),
+            record.contracted,
+            record.layouts,
+            record.sharing,
         )
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
@@ -367,12 +528,12 @@ class Kernel:
         if stage not in STAGES:
             raise TensorLangError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
         if sizes is not None:
-            missing = [s.name for s in self.program.sizes if s.name not in sizes]
+            missing = [s for s in self.interface.sizes if s not in sizes]
             if missing:
                 raise TensorLangError(f"inspect: sizes= lacks {', '.join(missing)}")
             self._shapes(sizes)  # sizes the call would reject (ArgumentError) are not planned either
         if stage == "ast":
-            return self._syntax_text
+            return self._compiled_stages().syntax_text
         if stage == "ir":
             return str(self.program)
         if stage == "scop":
@@ -388,6 +549,9 @@ class Kernel:
             return str(plan)
         if stage == "loops":
             return plan.loops()
+        from ..lowering.jit import assembly_of, optimise
+        from ..lowering.lower import lower_to_llvm
+
         module, _ = lower_to_llvm(plan)
         if stage == "llvm":
             return str(optimise(module, vectorize=plan.vectorize))
@@ -397,9 +561,11 @@ class Kernel:
 def _source_text(read: ir.Read) -> str:
     """An access as the user would write it: `A(i * i)` rather than `A((i * i))`."""
 
+    from tensorlang.ir import Binary  # an error message: the stages are loaded by now
+
     def bare(e: ir.Expr) -> str:
         text = str(e)
-        return text[1:-1] if isinstance(e, ir.Binary) and e.op not in ("min", "max") else text
+        return text[1:-1] if isinstance(e, Binary) and e.op not in ("min", "max") else text
 
     return f"{read.tensor}({', '.join(bare(i) for i in read.indices)})" if read.indices else read.tensor
 

@@ -245,11 +245,12 @@ def test_serial_single_loop_is_strip_mined_and_polls(n):
     spec = k._specialisation({"N": n})
     from codegen.planning.plan import Split
 
-    serial = [d.index for d in spec.plan.phases if d.split is Split.SERIAL]
-    assert serial and not any(d.chunked for d in spec.plan.phases if d.index in serial)
+    plan = k._plan({"N": n})
+    serial = [d.index for d in plan.phases if d.split is Split.SERIAL]
+    assert serial and not any(d.chunked for d in plan.phases if d.index in serial)
     arrays = {"A": a, "Z": z, "B": np.full(n, -1.0, np.float32)}
-    pointers = (ctypes.c_void_p * len(spec.layout.tensors))(
-        *[arrays[t].ctypes.data for t in spec.layout.tensors]
+    pointers = (ctypes.c_void_p * len(spec.buffers))(
+        *[arrays[t].ctypes.data for t in spec.buffers]
     )
     error, cancel = np.zeros(4, np.int64), np.ones(1, np.int32)
     args = (ctypes.addressof(pointers), spec.params_address, error.ctypes.data)
