@@ -177,6 +177,8 @@ def needed_wheres(g: Generated, rhs: ir.Expr, shapes: Shapes, written: bool) -> 
             return False
         return all(_same(result.ranges[v], intended[v]) for v in variables)
 
+    if any(isinstance(n, ir.Read) and n.tensor == g.tensor for n in ir.walk(rhs)):
+        return [v for v, lo, _ in g.ranges if sympy.simplify(lo) != 0]  # a scan: say where it starts
     if works([]):
         return []
     keep = list(intended)
