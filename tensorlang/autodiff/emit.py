@@ -60,6 +60,10 @@ def to_syntax(e: ir.Expr, in_float_cast: bool = False) -> syntax.Expression:
             return syntax.BinaryOp(op=op, lhs=to_syntax(a), rhs=to_syntax(b))
         case ir.Select(cond=c, if_true=t, if_false=f):
             return syntax.Ternary(cond=to_syntax(c), if_true=to_syntax(t), if_false=to_syntax(f))
+        case ir.Cast(operand=ir.Const(value=v, dtype=it), dtype=t) if (
+            t.is_float and it.is_integer and abs(v) < 2**24
+        ):
+            return to_syntax(ir.Const(value=float(v), dtype=t, weak=True))  # `float(0)` is `0.0`
         case ir.Cast(operand=o, dtype=t):
             return syntax.CastExpr(type_name=type_name(t), operand=to_syntax(o, t.is_float and o.dtype != t))
         case ir.Call(function=f, args=args):

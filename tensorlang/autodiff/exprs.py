@@ -31,6 +31,8 @@ def const(value: float, dtype: ScalarType = FLOAT32) -> ir.Const:
 
 
 def is_const(e: ir.Expr, value: float) -> bool:
+    if isinstance(e, ir.Cast) and isinstance(e.operand, ir.Const) and e.dtype.is_float:
+        e = e.operand  # `1 / x` holds float(1)
     return isinstance(e, ir.Const) and not e.dtype.is_bool and e.value == value
 
 

@@ -105,8 +105,8 @@ class Reverse:
             return name, True
         if adj.name not in self.written and not adj.readonly:
             return adj.name, True
-        if adj.readonly:
-            name = self.names.take(f"d{version.name}")
+        if adj.readonly:  # the caller's adjoint of an output that later statements also read
+            name = self.names.take(f"{adj.name}_total")
             idx = tuple(self.names.index("i") for _ in version.shape)
             self.emit(
                 name, idx, "=", read(adj.name, idx, version.dtype), self.full_ranges(idx, version.shape)

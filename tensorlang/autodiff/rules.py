@@ -260,8 +260,9 @@ def _call(f: str, args: tuple[ir.Expr, ...], value: ir.Expr) -> list[Adjoint | N
         case "fmax" | "fmin":
             y = args[1]
             first = compare(">=" if f == "fmax" else "<=", x, y)
-            y_nan = compare("!=", y, y)
-            takes_x = ir.Binary(op="||", lhs=first, rhs=y_nan, dtype=BOOL)
+            takes_x = first
+            if any(isinstance(n, (ir.Read, ir.Call)) for n in ir.walk(y)):  # y may be NaN
+                takes_x = ir.Binary(op="||", lhs=first, rhs=compare("!=", y, y), dtype=BOOL)
             return [
                 lambda g: select(takes_x, g, const(0.0, g.dtype)),
                 lambda g: select(takes_x, const(0.0, g.dtype), g),
