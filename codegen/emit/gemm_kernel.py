@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..host import GemmBlocking, gemm_blocking, gemm_workspace_layout
@@ -19,6 +20,7 @@ from .gemm_pack import (
     store,
     vptr,
 )
+from .gemm_team import TEAM_DONE, TEAM_PANEL, TEAM_SIZE, TEAM_TICKET
 from .values import I1, I8, I32, I64
 
 I8P = I8.as_pointer()
@@ -70,17 +72,23 @@ def _define_microkernel(
         module,
         name,
         ir.VoidType(),
-        [I64, tp, tp, tp, I64, I64, I64, I64],
-        ["kc", "ap", "bp", "c", "c_rs", "c_cs", "m", "n"],
+        [I64, tp, tp, tp, I64, I64, I64, I64, I1],
+        ["kc", "ap", "bp", "c", "c_rs", "c_cs", "m", "n", "ow"],
     )
     for i in (1, 2, 3):
         fn.args[i].add_attribute("noalias")
-    kc, ap, bp, c, c_rs, c_cs, m, n = fn.args
+    # ow: C = A·B instead of C += A·B (the first K block of a GEMM whose C starts at zero). The
+    # tile is stored as acc + 0.0, which is bitwise what 0.0 + acc gave (-0.0 becomes +0.0).
+    kc, ap, bp, c, c_rs, c_cs, m, n, ow = fn.args
     fma = declare_intrinsic(module, f"llvm.fma.v{cfg.vw}{'f32' if size == 4 else 'f64'}", vty, [vty] * 3)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     tmp = b.alloca(t, size=mr * nr, name="tile")
     tmp.align = 64
     zero = ir.Constant(vty, None)
+    fzero = ir.Constant(t, 0)
+
+    def update(old_vec_or_none, acc):
+        return b.fadd(acc, zero) if old_vec_or_none is None else b.fadd(old_vec_or_none, acc)
 
     def step(accs, a_ptr, b_ptr, u):
         bs = [load(b, vptr(b, b_ptr, c64(u * nr + j * vw), vty), vw * size) for j in range(nv)]
@@ -145,7 +153,12 @@ def _define_microkernel(
             trow = gep(b, tmp, b.mul(r, c64(nr)))
             with loop(b, 0, n, name="ec") as j:
                 p = gep(b, row, b.mul(j, c_cs))
-                b.store(b.fadd(b.load(p), b.load(gep(b, trow, j))), p)
+                x = b.load(gep(b, trow, j))
+                with b.if_else(ow) as (first, later):
+                    with first:
+                        b.store(b.fadd(x, fzero), p)
+                    with later:
+                        b.store(b.fadd(b.load(p), x), p)
 
     full = b.and_(
         b.and_(b.icmp_signed("==", m, c64(mr)), b.icmp_signed("==", n, c64(nr))),
@@ -153,11 +166,15 @@ def _define_microkernel(
     )
     with b.if_else(full) as (then, otherwise):
         with then:
-            for r in range(mr):
-                row = gep(b, c, b.mul(c64(r), c_rs))
-                for j in range(nv):
-                    p = vptr(b, row, c64(j * vw), vty)
-                    store(b, b.fadd(load(b, p, size), accs[r][j]), p, size)
+            with b.if_else(ow) as (first, later):
+                for overwrite, block in ((True, first), (False, later)):
+                    with block:
+                        for r in range(mr):
+                            row = gep(b, c, b.mul(c64(r), c_rs))
+                            for j in range(nv):
+                                p = vptr(b, row, c64(j * vw), vty)
+                                old = None if overwrite else load(b, p, size)
+                                store(b, update(old, accs[r][j]), p, size)
         with otherwise:
             unit = b.icmp_signed("==", c_cs, c64(1))
             with b.if_else(unit) as (then2, otherwise2):
@@ -185,7 +202,9 @@ def _define_microkernel(
                             lanes = ir.Constant(vi, [j * vw + e for e in range(vw)])
                             mask = b.and_(b.icmp_signed("<", lanes, nvec), live)
                             p = b.bitcast(b.gep(row, [c64(j * vw)]), vty.as_pointer())
-                            old = b.call(mload, [p, align, mask, ir.Constant(vty, None)])
+                            # overwrite: an all-false load mask reads nothing (and gives zeros)
+                            lmask = b.select(ow, ir.Constant(vb, [0] * vw), mask)
+                            old = b.call(mload, [p, align, lmask, ir.Constant(vty, None)])
                             b.call(mstore, [b.fadd(old, accs[r][j]), p, align, mask])
                 with otherwise2:
                     scalar_update()
@@ -197,18 +216,40 @@ def _define_microkernel(
 # The macro-kernel
 
 
+def _pause(module: ir.Module, b: ir.IRBuilder) -> None:
+    """A spin-wait hint (x86 `pause`; nothing on other hosts)."""
+    if llvm.get_process_triple().startswith(("x86_64", "i686", "i386")):
+        b.call(declare_intrinsic(module, "llvm.x86.sse2.pause", ir.VoidType(), []), [])
+
+
 def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) -> ir.Function:
     """Define (once per module) `void tl_gemm_<f32|f64>(M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs,
     c_cs, workspace)`: C[m,n] += Σ_k A[m,k]·B[k,n], strides in elements, workspace of workspace_bytes(),
-    and the same with a trailing `i32* cancel` (cancellable_gemm_symbol), which returns early once
-    the word is set: it is polled before each packed KC×NC panel of B and each MC block of A. The
-    first is the stand-alone entry (tests, benchmarks); kernels call the second."""
+    and the one kernels call (cancellable_gemm_symbol), with three more arguments:
+
+    * `i32* cancel`: returns early once the word is set, polled before each packed panel of B and
+      each block of A (and while waiting for other threads);
+    * `i64 ow`: nonzero computes C = A·B (the first K block stores instead of adding; with K = 0
+      C is zeroed), which replaces a separate zeroing pass over C;
+    * `i8* team`: null runs the whole GEMM on the calling thread. Otherwise every thread of a team
+      calls it with the same arguments (each with its own workspace) and the same shared block
+      (gemm_team_bytes(), counters zero): BLIS-style, the threads pack one KC×NC panel of B
+      together (one NR-column micro-panel per task) into the shared block, then compute row
+      blocks of C from it, each packing its own block of A. Tasks are numbered in that order and
+      taken from a shared counter; a task waits only until every task of the previous stage is
+      done (a single counter of finished tasks tells), so a thread waits only for tasks some
+      running thread has taken: a thread that starts late, or never, delays nothing, and one
+      thread alone finishes the call. Each element of C sums its K blocks in the same order as
+      the serial code, so results are bitwise those of one thread.
+
+    The stand-alone entry is for tests and benchmarks."""
     t, size, _ = _TYPES[dtype]
     name = gemm_symbol(dtype)
     if name in module.globals:
         return module.globals[name]
     cfg = cfg or gemm_blocking(dtype)
     tp = t.as_pointer()
+    i64p = I64.as_pointer()
     ukernel = _define_microkernel(module, f"{name}.ukernel", t, size, cfg)
     pack_a = define_pack_a(module, f"{name}.pack_a", t, size, cfg)
     pack_b = define_pack_b(module, f"{name}.pack_b", t, size, cfg)
@@ -217,18 +258,21 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
         module,
         cancellable_gemm_symbol(dtype),
         ir.VoidType(),
-        _gemm_params(t) + [I32P],
-        names + ["cancel"],
+        _gemm_params(t) + [I32P, I64, I8P],
+        names + ["cancel", "ow", "team"],
         linkage="external",
     )
     fn.args[9].add_attribute("noalias")
     fn.args[12].add_attribute("noalias")
-    M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, ws, cancel = fn.args
+    M, N, K, A, a_rs, a_cs, B, b_rs, b_cs, C, c_rs, c_cs, ws, cancel, ow, team = fn.args
     plain = define_function(module, name, ir.VoidType(), _gemm_params(t), names, linkage="external")
     pb = ir.IRBuilder(plain.append_basic_block("entry"))
-    pb.call(fn, [*plain.args, ir.Constant(I32P, None)])
+    pb.call(fn, [*plain.args, ir.Constant(I32P, None), c64(0), ir.Constant(I8P, None)])
     pb.ret_void()
     b = ir.IRBuilder(fn.append_basic_block("entry"))
+    mine = b.alloca(I64, name="mine")  # cooperative: the task this thread holds
+    base = b.alloca(I64, name="base")  # cooperative: the first task of the current stage
+    spins = b.alloca(I64, name="spins")  # cooperative: how long this thread has waited
     # A column-major C is computed as Cᵀ += Bᵀ·Aᵀ so that its unit stride runs along the vectors
     swap = b.and_(b.icmp_signed("!=", c_cs, c64(1)), b.icmp_signed("==", c_rs, c64(1)))
 
@@ -239,34 +283,145 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
     A, B = sel(A, B), sel(B, A)
     a_rs, a_cs, b_rs, b_cs = sel(a_rs, b_cs), sel(a_cs, b_rs), sel(b_rs, a_cs), sel(b_cs, a_rs)
     c_rs, c_cs = sel(c_rs, c_cs), sel(c_cs, c_rs)
+    overwrite = b.icmp_signed("!=", ow, c64(0))
 
     a_off, b_off, _ = gemm_workspace_layout(cfg, size)
     ap = b.bitcast(b.gep(ws, [c64(a_off)], inbounds=True), tp)
-    bp = b.bitcast(b.gep(ws, [c64(b_off)], inbounds=True), tp)
-    with loop(b, 0, N, cfg.nc, name="jc") as jc:
-        nc = imin(b, c64(cfg.nc), b.sub(N, jc))
-        with loop(b, 0, K, cfg.kc, name="pc") as pc:
-            kc = imin(b, c64(cfg.kc), b.sub(K, pc))
-            _stop_if_cancelled(b, cancel)
-            bsrc = gep(b, B, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
-            b.call(pack_b, [kc, nc, bsrc, b_rs, b_cs, bp])
-            with loop(b, 0, M, cfg.mc, name="ic") as ic:
-                mc = imin(b, c64(cfg.mc), b.sub(M, ic))
+    is_team = b.icmp_unsigned("!=", team, ir.Constant(I8P, None))
+
+    def counter(offset):
+        return b.bitcast(b.gep(team, [c64(offset)], inbounds=True), i64p)
+
+    def block(ic, mc, pc, kc, jc, nc, bp):
+        """Pack rows [ic, ic + mc) of A's K block pc into this thread's workspace, then update
+        C[ic:ic+mc, jc:jc+nc] from the packed panel of B at `bp`."""
+        asrc = gep(b, A, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
+        b.call(pack_a, [mc, kc, asrc, a_rs, a_cs, ap])
+        cblk = gep(b, C, b.add(b.mul(ic, c_rs), b.mul(jc, c_cs)))
+        first = b.and_(overwrite, b.icmp_signed("==", pc, c64(0)))
+        with loop(b, 0, nc, cfg.nr, name="jr") as jr:
+            n = imin(b, c64(cfg.nr), b.sub(nc, jr))
+            bpanel = gep(b, bp, b.mul(jr, kc))
+            ccol = gep(b, cblk, b.mul(jr, c_cs))
+            with loop(b, 0, mc, cfg.mr, name="ir") as i:
+                m = imin(b, c64(cfg.mr), b.sub(mc, i))
+                astrip = gep(b, ap, b.mul(i, kc))
+                ctile = gep(b, ccol, b.mul(i, c_rs))
+                b.call(ukernel, [kc, astrip, bpanel, ctile, c_rs, c_cs, m, n, first])
+
+    with b.if_else(is_team) as (cooperative, alone):
+        with alone:
+            _zero_if_empty(b, overwrite, M, N, K, C, c_rs, c_cs, t)
+            bp = b.bitcast(b.gep(ws, [c64(b_off)], inbounds=True), tp)
+            with loop(b, 0, N, cfg.nc, name="jc") as jc:
+                nc = imin(b, c64(cfg.nc), b.sub(N, jc))
+                with loop(b, 0, K, cfg.kc, name="pc") as pc:
+                    kc = imin(b, c64(cfg.kc), b.sub(K, pc))
+                    _stop_if_cancelled(b, cancel)
+                    bsrc = gep(b, B, b.add(b.mul(pc, b_rs), b.mul(jc, b_cs)))
+                    b.call(pack_b, [kc, nc, bsrc, b_rs, b_cs, bp])
+                    with loop(b, 0, M, cfg.mc, name="ic") as ic:
+                        mc = imin(b, c64(cfg.mc), b.sub(M, ic))
+                        _stop_if_cancelled(b, cancel)
+                        block(ic, mc, pc, kc, jc, nc, bp)
+        with cooperative:
+            ticket, done = counter(TEAM_TICKET), counter(TEAM_DONE)
+            threads = b.load(counter(TEAM_SIZE))
+            bp = b.bitcast(b.gep(team, [c64(TEAM_PANEL)], inbounds=True), tp)
+            # rows per compute task: about four tasks per thread, MR-aligned, at most MC
+            per = b.sdiv(b.add(M, b.sub(b.mul(threads, c64(4)), c64(1))), b.mul(threads, c64(4)))
+            per = b.mul(b.sdiv(b.add(per, c64(cfg.mr - 1)), c64(cfg.mr)), c64(cfg.mr))
+            rows = imin(b, c64(cfg.mc), b.select(b.icmp_signed("<", per, c64(cfg.mr)), c64(cfg.mr), per))
+            tasks_m = b.sdiv(b.add(M, b.sub(rows, c64(1))), rows)
+            b.store(b.atomic_rmw("add", ticket, c64(1), "monotonic"), mine)
+            b.store(c64(0), base)
+            with b.if_then(b.icmp_signed("==", b.load(mine), c64(0))):
+                _zero_if_empty(b, overwrite, M, N, K, C, c_rs, c_cs, t)
+
+            def stage(count, task):
+                """Tasks [base, base + count): do the ones this thread takes, each once every task
+                before the stage is done; then move base past the stage."""
+                start = b.load(base)
+                end = b.add(start, count)
+                head = b.append_basic_block("stage.head")
+                body = b.append_basic_block("stage.body")
+                out = b.append_basic_block("stage.out")
+                b.branch(head)
+                b.position_at_end(head)
+                b.cbranch(b.icmp_signed("<", b.load(mine), end), body, out)
+                b.position_at_end(body)
                 _stop_if_cancelled(b, cancel)
-                asrc = gep(b, A, b.add(b.mul(ic, a_rs), b.mul(pc, a_cs)))
-                b.call(pack_a, [mc, kc, asrc, a_rs, a_cs, ap])
-                cblk = gep(b, C, b.add(b.mul(ic, c_rs), b.mul(jc, c_cs)))
-                with loop(b, 0, nc, cfg.nr, name="jr") as jr:
-                    n = imin(b, c64(cfg.nr), b.sub(nc, jr))
-                    bpanel = gep(b, bp, b.mul(jr, kc))
-                    ccol = gep(b, cblk, b.mul(jr, c_cs))
-                    with loop(b, 0, mc, cfg.mr, name="ir") as i:
-                        m = imin(b, c64(cfg.mr), b.sub(mc, i))
-                        astrip = gep(b, ap, b.mul(i, kc))
-                        ctile = gep(b, ccol, b.mul(i, c_rs))
-                        b.call(ukernel, [kc, astrip, bpanel, ctile, c_rs, c_cs, m, n])
+                _wait_until(module, b, done, start, cancel, spins)
+                task(b.sub(b.load(mine), start))
+                b.atomic_rmw("add", done, c64(1), "acq_rel")
+                b.store(b.atomic_rmw("add", ticket, c64(1), "monotonic"), mine)
+                b.branch(head)
+                b.position_at_end(out)
+                b.store(end, base)
+
+            with loop(b, 0, N, cfg.nc, name="tjc") as jc:
+                nc = imin(b, c64(cfg.nc), b.sub(N, jc))
+                panels = b.sdiv(b.add(nc, c64(cfg.nr - 1)), c64(cfg.nr))
+                with loop(b, 0, K, cfg.kc, name="tpc") as pc:
+                    kc = imin(b, c64(cfg.kc), b.sub(K, pc))
+
+                    def pack(j, jc=jc, nc=nc, pc=pc, kc=kc):
+                        j0 = b.mul(j, c64(cfg.nr))
+                        cols = imin(b, c64(cfg.nr), b.sub(nc, j0))
+                        bsrc = gep(b, B, b.add(b.mul(pc, b_rs), b.mul(b.add(jc, j0), b_cs)))
+                        b.call(pack_b, [kc, cols, bsrc, b_rs, b_cs, gep(b, bp, b.mul(j0, kc))])
+
+                    def compute(i, jc=jc, nc=nc, pc=pc, kc=kc):
+                        ic = b.mul(i, rows)
+                        block(ic, imin(b, rows, b.sub(M, ic)), pc, kc, jc, nc, bp)
+
+                    stage(panels, pack)
+                    stage(tasks_m, compute)
     b.ret_void()
     return plain
+
+
+# spin-wait iterations (each a `pause`, some 50-150 cycles) before a waiting thread starts to
+# sleep: about 0.1-0.2 ms, the length of a task. A thread that sleeps lets its core go idle, so
+# that the scheduler moves the thread it waits for there when another process shares that
+# thread's core (spinning would keep the core busy for a whole time slice instead).
+SPIN_LIMIT = 4096
+SLEEP_US = 50
+
+
+def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins) -> None:
+    """Wait until the finished-task counter reaches `target` (an acquire load, so that what those
+    tasks wrote is visible): spin SPIN_LIMIT times, then sleep SLEEP_US µs between looks; return
+    from the function if the call is cancelled meanwhile. `spins` is an i64 alloca."""
+    usleep = declare_intrinsic(module, "usleep", I32, [I32])
+    b.store(c64(0), spins)
+    head = b.append_basic_block("wait.head")
+    spin = b.append_basic_block("wait.spin")
+    ready = b.append_basic_block("wait.ready")
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.load_atomic(done, "acquire", 8)
+    b.cbranch(b.icmp_signed(">=", seen, target), ready, spin).set_weights([1 << 10, 1])
+    b.position_at_end(spin)
+    count = b.load(spins)
+    with b.if_else(b.icmp_signed("<", count, c64(SPIN_LIMIT))) as (busy, idle):
+        with busy:
+            _pause(module, b)
+            b.store(b.add(count, c64(1)), spins)
+        with idle:
+            b.call(usleep, [ir.Constant(I32, SLEEP_US)])
+    _stop_if_cancelled(b, cancel)
+    b.branch(head)
+    b.position_at_end(ready)
+
+
+def _zero_if_empty(b: ir.IRBuilder, overwrite, M, N, K, C, c_rs, c_cs, t: ir.Type) -> None:
+    """C = A·B with K = 0 is C = 0: no K block stores it, so zero it here."""
+    with b.if_then(b.and_(overwrite, b.icmp_signed("<=", K, c64(0)))):
+        with loop(b, 0, M, name="zr") as r:
+            row = gep(b, C, b.mul(r, c_rs))
+            with loop(b, 0, N, name="zc") as j:
+                b.store(ir.Constant(t, 0), gep(b, row, b.mul(j, c_cs)))
 
 
 def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
@@ -276,5 +431,5 @@ def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
     name = cancellable_gemm_symbol(dtype)
     if name in module.globals:
         return module.globals[name]
-    ty = ir.FunctionType(ir.VoidType(), _gemm_params(t) + [I32P])
+    ty = ir.FunctionType(ir.VoidType(), _gemm_params(t) + [I32P, I64, I8P])
     return ir.Function(module, ty, name)

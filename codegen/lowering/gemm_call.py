@@ -13,21 +13,22 @@ from ..emit.gemm_kernel import declare_gemm
 from .abi import poll_cancel
 from .state import LoweringState
 
+INT64_MIN = -(2**63)  # the lo of a call that runs a whole phase
+
 
 class GemmCallLowering(LoweringState):
     """Contractions the plan sends to the GEMM library (codegen/emit/gemm_kernel.py)."""
 
     def emit_gemm(self, plan: ContractionPlan, dtype: ScalarType) -> None:
-        """C[m, n] += A[m, k] · B[k, n] for the current outer point, as one packed GEMM call."""
+        """C[m, n] += A[m, k] · B[k, n] for the current outer point, as one packed GEMM call
+        (C = A·B when the phase's init was folded into it), shared by a team of threads when
+        the runtime passes one."""
         b = self.b
         st = self.leaf_statement.statement
         lo = {r.var: self.size_value(r.lo) for r in st.ranges}
         hi = {r.var: self.size_value(r.hi) for r in st.ranges}
         values = dict(self.leaf_statement.indices)
         m_lo, m_hi = lo[plan.m], hi[plan.m]
-        if self.restrict_gemm_rows:  # this thread computes rows [lo, hi) of M only
-            m_lo = b.select(b.icmp_signed(">", self.lo, m_lo), self.lo, m_lo)
-            m_hi = b.select(b.icmp_signed("<", self.hi, m_hi), self.hi, m_hi)
         values.update({plan.m: m_lo, plan.n: lo[plan.n], plan.k: lo[plan.k]})
 
         def extent(a, z):
@@ -55,6 +56,11 @@ class GemmCallLowering(LoweringState):
         b_ptr, b_st = operand(plan.b)
         c_ptr, c_st = operand(plan.c)
         gemm = declare_gemm(self.module, dtype.numpy_name)
+        no_team = ll.Constant(V.I8.as_pointer(), None)
+        team = no_team
+        if self.gemm_team:  # a thread of a team gets the shared block's address as lo
+            alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
+            team = b.select(alone, no_team, b.inttoptr(self.lo, V.I8.as_pointer()))
         b.call(
             gemm,
             [
@@ -62,7 +68,7 @@ class GemmCallLowering(LoweringState):
                 a_ptr, a_st[plan.m], a_st[plan.k],
                 b_ptr, b_st[plan.k], b_st[plan.n],
                 c_ptr, c_st[plan.m], c_st[plan.n],
-                self.workspace, self.cancel,
+                self.workspace, self.cancel, ll.Constant(V.I64, int(self.gemm_overwrite)), team,
             ],
         )  # fmt: skip
         poll_cancel(b, self.cancel)  # the GEMM returned early: so does the phase

@@ -22,8 +22,10 @@ class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLoweri
         for decision, phase in zip(self.plan.phases, self.ast.phases):
             self.begin_phase(decision.index)
             self.decision = decision
-            self.restrict_gemm_rows = decision.split is Split.GEMM_ROWS
-            self.emit_node(phase.node, {})
+            self.gemm_team = decision.split is Split.GEMM_TEAM
+            self.gemm_overwrite = decision.overwrite
+            if not decision.folded:  # a folded init: the next phase's GEMM stores C instead
+                self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
         emit_entry(
             self.module, self.program, self.layout, self.param_values is not None, self.phase_functions

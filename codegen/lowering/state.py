@@ -26,7 +26,8 @@ class LoweringState:
     hi: ll.Value
     workspace: ll.Value  # i8*: this thread's scratch memory (contracted temporaries, GEMM packing)
     cancel: ll.Value  # i32*: the call's cancel word, polled once per iteration of outermost loops
-    restrict_gemm_rows: bool  # the phase is one GEMM call whose M rows threads split
+    gemm_team: bool  # the phase is one GEMM call that threads share (lo: the team's block)
+    gemm_overwrite: bool  # the phase's GEMM calls store C at their first K block
 
     def __init__(self, plan: KernelPlan):
         self.plan = plan

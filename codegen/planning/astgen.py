@@ -202,9 +202,19 @@ def _phases(
     root = unwrap(root)
     if root.get_type() == isl.ast_node_type.block:
         children = root.block_get_children()
-        tops = [children.get_at(i) for i in range(children.n_ast_node())]
+        regions = [children.get_at(i) for i in range(children.n_ast_node())]
     else:
-        tops = [root]
+        regions = [root]
+    # a fusion region that is a sequence of loop nests (an init, then a GEMM call) gives one
+    # phase per nest, so that each gets its own split (the GEMM's threads, the init's rows)
+    tops = []
+    for region in regions:
+        inner = unwrap(region)
+        if inner is not region and inner.get_type() == isl.ast_node_type.block:
+            children = inner.block_get_children()
+            tops += [children.get_at(i) for i in range(children.n_ast_node())]
+        else:
+            tops.append(region)
     phases = []
     for top in tops:
         inner = unwrap(top)

@@ -78,7 +78,7 @@ class Split(enum.Enum):
 
     SERIAL = "serial"  # one thread runs the whole phase
     OUTER_LOOP = "outer loop"  # the phase's outermost loop carries no dependence: split its iterations
-    GEMM_ROWS = "gemm rows"  # the phase is one contraction call: split its M rows
+    GEMM_TEAM = "gemm"  # the phase is one contraction call: threads pack B together, split C's rows
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,23 @@ class PhaseDecision:
     # no loop inside it (an elementwise kernel) does not: a poll there would stop LLVM from
     # vectorising it, so the runtime runs its iterations in chunks and checks between them.
     chunked: bool = False
+    # The phase only zeroes a GEMM's C, which the next phase's GEMM calls store instead of adding
+    # to at their first K block (`overwrite`): it emits nothing.
+    folded: bool = False
+    overwrite: bool = False
 
     def describe(self, phase: Phase) -> str:
         parts = [f"phase {self.index}: {', '.join(phase.statements) or 'no statements'}"]
-        parts.append(f"threads split the {self.split.value}" if self.split is not Split.SERIAL else "serial")
+        if self.folded:
+            parts.append(f"folded into the GEMM of phase {self.index + 1}")
+        elif self.split is Split.SERIAL:
+            parts.append("serial")
+        elif self.split is Split.GEMM_TEAM:
+            parts.append("threads share the gemm (B packed once, blocks of C's rows)")
+        else:
+            parts.append(f"threads split the {self.split.value}")
+        if self.overwrite:
+            parts.append("the GEMM stores C (no zeroing pass)")
         if self.pipeline is not None:
             parts.append(f"pipelined ({self.pipeline.trip} elements per row)")
         if self.prefetch:
@@ -189,8 +202,14 @@ class KernelPlan:
         for decision, phase in zip(self.phases, self.ast.phases):
             if decision.split is Split.OUTER_LOOP and phase.loop is None:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split without a parallel loop")
-            if decision.split is Split.GEMM_ROWS and gemm_phase(phase, self.contractions) is None:
+            if decision.split is Split.GEMM_TEAM and gemm_phase(phase, self.contractions) is None:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split as a GEMM without one")
+            if decision.folded and (
+                decision.index + 1 >= len(self.phases) or not self.phases[decision.index + 1].overwrite
+            ):
+                raise PlanError(f"{self.program.name}: phase {decision.index} folded into no GEMM")
+            if decision.overwrite and (decision.index == 0 or not self.phases[decision.index - 1].folded):
+                raise PlanError(f"{self.program.name}: phase {decision.index} overwrites C nobody zeroed")
             if decision.pipeline is not None and not self.specialised:
                 raise PlanError(f"{self.program.name}: phase {decision.index} pipelined without sizes")
 
@@ -199,7 +218,7 @@ class KernelPlan:
         runs = []
         for decision, phase in zip(self.phases, self.ast.phases):
             work = 0
-            for name in phase.statements:
+            for name in () if decision.folded else phase.statements:
                 stmt = self.scop.statement(name)
                 st = stmt.statement
                 ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
@@ -211,13 +230,10 @@ class KernelPlan:
                 # split over threads (sgemm 256 on 2 threads was 25% slower than on 1; 384 gains)
                 work += points // 128 if name in self.contractions else points
             span = None
-            if decision.split is Split.OUTER_LOOP:
+            if decision.split is Split.OUTER_LOOP and not decision.folded:
                 span = loop_range(phase.loop, values)
-            elif decision.split is Split.GEMM_ROWS:
-                gemm = self.contractions[phase.statements[0]]
-                r = self.scop.statement(gemm.statement).statement.range_of(gemm.m)
-                span = (compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes), 1)
-            runs.append(PhasePlan(decision.index, span, work, decision.chunked and span is not None))
+            team = decision.split is Split.GEMM_TEAM
+            runs.append(PhasePlan(decision.index, span, work, decision.chunked and span is not None, team))
         return tuple(runs)
 
 
@@ -272,13 +288,16 @@ def plan_kernel(
             if found is not None:
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts)
+    folded = _folded_inits(scop, ast, contractions, sizes) if transform else set()
     phases = tuple(
         PhaseDecision(
             n,
-            _split(phase, contractions),
+            Split.SERIAL if n in folded else _split(phase, contractions),
             _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
             pipelines.get(n),
-            _chunked(phase, contractions),
+            _chunked(phase, contractions) and n not in folded,
+            folded=n in folded,
+            overwrite=n - 1 in folded,
         )
         for n, phase in enumerate(ast.phases)
     )
@@ -299,6 +318,37 @@ def plan_kernel(
     )
     plan.verify()
     return plan
+
+
+def _folded_inits(
+    scop: Scop, ast: LoopAst, contractions: Mapping[str, ContractionPlan], sizes: Mapping[str, int]
+) -> set[int]:
+    """Phases that only zero the C of the GEMM the next phase runs, which can store its first K
+    block instead (saving a pass over C and, on threads, a dispatch): the next phase holds only
+    that contraction, whose calls cover exactly the cells the init zeroes — every variable looped
+    around the GEMM indexes the output (a reduction variable there, as in a convolution's kh and
+    kw, would add to the same C again), its only reduction variable is the GEMM's k, and k's
+    range is not empty (else no call would run)."""
+    found = set()
+    for n in range(len(ast.phases) - 1):
+        inits, body = ast.phases[n].statements, ast.phases[n + 1].statements
+        if len(inits) != 1 or len(body) != 1 or body[0] not in contractions:
+            continue
+        init = inits[0]
+        gemm = contractions[body[0]]
+        init_stmt, stmt = scop.statement(init), scop.statement(gemm.statement)
+        if init_stmt.kind is not StatementKind.INIT or init_stmt.position != stmt.position:
+            continue
+        st = stmt.statement
+        if set(gemm.outer) | {gemm.m, gemm.n} != set(st.indices) or set(st.all_indices) - set(st.indices) != {
+            gemm.k
+        }:
+            continue
+        k = st.range_of(gemm.k)
+        if compile_size_expr(k.hi)(sizes) - compile_size_expr(k.lo)(sizes) <= 0:
+            continue
+        found.add(n)
+    return found
 
 
 def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:
@@ -339,7 +389,7 @@ def gemm_phase(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> Con
 
 def _split(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> Split:
     if gemm_phase(phase, contractions) is not None:
-        return Split.GEMM_ROWS
+        return Split.GEMM_TEAM
     return Split.OUTER_LOOP if phase.loop is not None else Split.SERIAL
 
 

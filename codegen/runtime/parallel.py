@@ -138,6 +138,44 @@ class Workspaces:
             self._idle.extend(leased)
 
 
+class _Teams:
+    """Shared blocks of cooperative GEMM phases (PhasePlan.team): a packed panel of B and the
+    counters the team's threads take tasks with. One per phase call, kept for reuse; only the
+    header is cleared for a new call."""
+
+    def __init__(self):
+        self._idle: list[tuple[np.ndarray, int]] = []
+        self._lock = threading.Lock()
+        renew_after_fork(self)
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    def take(self, threads: int) -> tuple[np.ndarray, int]:
+        from ..emit.gemm_team import TEAM_SIZE, gemm_team_bytes  # host facts: loaded on first use
+
+        nbytes = gemm_team_bytes()
+        with self._lock:
+            while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
+                self._idle.pop()  # made for another blocking
+            block = self._idle.pop() if self._idle else None
+        if block is None:
+            buf = np.empty(nbytes + 64, dtype=np.uint8)
+            block = (buf, (buf.ctypes.data + 63) // 64 * 64)
+        buf, address = block
+        header = buf[address - buf.ctypes.data :][: TEAM_SIZE + 8].view(np.int64)
+        header[:] = 0
+        header[TEAM_SIZE // 8] = threads
+        return block
+
+    def give_back(self, block: tuple[np.ndarray, int]) -> None:
+        with self._lock:
+            self._idle.append(block)
+
+
+_teams = _Teams()
+
+
 class _Watch:
     """One call's work on pool threads and the cancel word its generated code polls.
 
@@ -152,9 +190,9 @@ class _Watch:
         self._inside = 0
 
     def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges) -> Future:
-        return executor.submit(self._run, entry, args, ranges)
+        return executor.submit(self.run, entry, args, ranges)
 
-    def _run(self, entry, args: tuple, ranges: list[tuple[int, int]]) -> int:
+    def run(self, entry, args: tuple, ranges: list[tuple[int, int]]) -> int:
         """Run the piece: one call per [lo, hi) of `ranges` (the args' own lo and hi replaced),
         checking the cancel word before each."""
         with self._cond:
@@ -254,8 +292,13 @@ def _run_phases(
     watch: _Watch | None = None
     for plan in plans:
         pieces = []
-        if threads > 1 and plan.loop_range is not None and plan.work >= MIN_PARALLEL_WORK:
-            pieces = chunks(plan.loop_range, threads)
+        team = None
+        if threads > 1 and plan.work >= MIN_PARALLEL_WORK:
+            if plan.team:  # every thread calls the phase with the shared block as lo
+                team = _teams.take(threads)
+                pieces = [(team[1], 0)] * threads
+            elif plan.loop_range is not None:
+                pieces = chunks(plan.loop_range, threads)
         if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
             cancel = watch.address if watch is not None else _NEVER_ADDRESS
@@ -276,20 +319,24 @@ def _run_phases(
             errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
             calls = [(err, lo, hi, ws) for err, (lo, hi), (_, ws) in zip(errors, pieces, leased)]
             pool = _executor(threads)
+        # a call short enough to deliver an interrupt when it returns (not `watched`) runs its
+        # first piece on the calling thread: one thread fewer to wake, and that one is running
+        inline = not watched and len(calls) > 1
         try:
-            futures = [
-                watch.submit(
-                    pool,
-                    entry,
-                    (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
-                    _ranges(plan, lo, hi),
-                )
+            jobs = [
+                (entry, (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
+                 _ranges(plan, lo, hi))
                 for err, lo, hi, ws in calls
-            ]
-            codes = watch.results(futures)
+            ]  # fmt: skip
+            futures = [watch.submit(pool, *job) for job in (jobs[1:] if inline else jobs)]
+            first = [watch.run(*jobs[0])] if inline else []
+            codes = first + watch.results(futures)
         except BaseException:
             watch.stop()
             raise
+        finally:
+            if team is not None:  # no piece is inside the kernel any more (nor will enter it)
+                _teams.give_back(team)
         for code, (err, *_) in zip(codes, calls):
             if code:
                 return code, err

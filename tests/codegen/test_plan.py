@@ -73,7 +73,11 @@ def test_plan_lists_the_phase_decisions():
     assert "symbolic" in str(generic)
     gemm = tl.compile("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
     plan = plan_kernel(gemm.schedule, gemm.options.codegen, {"M": 67, "K": 45, "N": 83})
-    assert [d.split for d in plan.phases] == [Split.OUTER_LOOP, Split.GEMM_ROWS]
+    # the zeroing of C is folded into the GEMM (its first K block stores), which threads share
+    assert [(d.split, d.folded, d.overwrite) for d in plan.phases] == [
+        (Split.SERIAL, True, False),
+        (Split.GEMM_TEAM, False, True),
+    ]
 
 
 def test_verify_rejects_a_broken_plan():
