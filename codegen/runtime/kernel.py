@@ -15,13 +15,12 @@ import numpy as np
 
 from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
-from ..lowering.status import ERROR_DIVISION, ERROR_INDEX
 from ..options import Options
-from ..planning.runs import PhasePlan
 from . import arguments as args_
-from . import warm
+from . import messages, specialise, warm
 from .interface import Interface, interface_of
-from .parallel import Workspaces, renew_after_fork, run_phases
+from .parallel import renew_after_fork, run_phases
+from .specialise import Specialisation
 
 # The stages' modules (islpy, sympy, LLVM IR) are imported where they are used: a Kernel made
 # from the disk cache's records (runtime/warm.py) runs its calls without them.
@@ -34,30 +33,6 @@ if TYPE_CHECKING:
     from ..planning.plan import KernelPlan
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
-
-
-@dataclass
-class Specialisation:
-    """Machine code for one set of sizes, with the parameter values it was built for: what a
-    call reads, all of it plain data (warm.CallRecord stores it)."""
-
-    code: MachineCode
-    buffers: tuple[str, ...]  # the tensors in the kernel's pointer-array order
-    params: np.ndarray  # int64 parameter array passed at each call
-    plans: tuple[PhasePlan, ...]
-    workspaces: Workspaces
-    contracted: Mapping[str, int]  # temporaries stored as one slice per thread → workspace offset
-    layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
-    sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
-
-    @functools.cached_property
-    def params_address(self) -> int:
-        return self.params.ctypes.data
-
-    @functools.cached_property
-    def workspace_slots(self) -> tuple[tuple[int, int], ...]:
-        """(index in the buffer list, offset in a thread's workspace) of each contracted temporary."""
-        return tuple((self.buffers.index(name), offset) for name, offset in self.contracted.items())
 
 
 @dataclass(frozen=True)
@@ -296,7 +271,7 @@ class Kernel:
             if value != 0:
                 where = f" (line {requirement.span.line})" if requirement.span is not None else ""
                 raise ArgumentError(
-                    f"{self.name}: with {_sizes_text(sizes)}, {requirement.message}{where}; here it is {value}"
+                    f"{self.name}: with {messages.sizes_text(sizes)}, {requirement.message}{where}; here it is {value}"
                 )
         shapes = {}
         for t in self.program.outputs + self.program.temporaries:
@@ -305,10 +280,10 @@ class Kernel:
                 if extent < 0:
                     raise ArgumentError(
                         f"{self.name}: {t.role} {t.name} dimension {d} would have negative size {extent} "
-                        f"({t.shape[d]} with {_sizes_text(sizes)})"
+                        f"({t.shape[d]} with {messages.sizes_text(sizes)})"
                     )
             shapes[t.name] = shape
-        args_.check_allocation_sizes(self.program, shapes, _sizes_text(sizes))
+        args_.check_allocation_sizes(self.program, shapes, messages.sizes_text(sizes))
         return shapes
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
@@ -333,22 +308,7 @@ class Kernel:
             raise self._runtime_error(int(code), error)
 
     def _runtime_error(self, code: int, error: np.ndarray) -> ArgumentError:
-        if code == ERROR_INDEX:
-            check = self.scop.checks[int(error[1])]
-            dim, value = int(error[2]), int(error[3])
-            stmt = self.scop.statement(check.statement).statement
-            where = _statement_location(stmt)
-            access = _source_text(check.read) if check.read is not None else f"{check.tensor} (write)"
-            return ArgumentError(
-                f"{self.name}: index {value} out of range for dimension {dim} of {check.tensor} "
-                f"in {access}{where}; generated code never accesses out of bounds, so the call was stopped"
-            )
-        if code == ERROR_DIVISION:
-            stmt = self.program.statements[int(error[1])]
-            return ArgumentError(
-                f"{self.name}: integer division by zero in statement {stmt.tensor}{_statement_location(stmt)}"
-            )
-        return ArgumentError(f"{self.name}: kernel failed with code {code}")
+        return messages.runtime_error(self.name, self.scop, code, error)
 
     def _specialisation(self, sizes: Mapping[str, int]) -> Specialisation:
         key = tuple(sizes[s] for s in self.interface.sizes)
@@ -393,33 +353,14 @@ class Kernel:
             self._pending_calls.pop(key, None)
         code = self._warm_objects.get(record.object_key)
         if code is None:
-            from ..lowering import disk_cache
-            from ..lowering.gemm_jit import shared_gemm
-            from ..lowering.jit import jit_object
-
-            entry = disk_cache.load(record.object_key)
-            if entry is None or entry[1].get("kind") != "kernel":
-                return None
-            for dtype in record.gemm_dtypes:  # the object code's external symbols
-                shared_gemm(dtype)
-            try:
-                code = jit_object(entry[0], functools.partial(self._optimised_ir, dict(sizes)))
-            except RuntimeError:  # LLVM rejected it: compile again (and overwrite it)
+            code = specialise.recorded_code(record, functools.partial(self._optimised_ir, dict(sizes)))
+            if code is None:
                 return None
             if not self.options.specialize:  # one generic object serves every call record
                 self._warm_objects[record.object_key] = code
         self.compile_count += 1
         self.disk_hits += 1
-        return Specialisation(
-            code,
-            record.buffers,
-            np.array(record.params or (0,), dtype=np.int64),
-            record.phases,
-            Workspaces(record.workspace_bytes),
-            record.contracted,
-            record.layouts,
-            record.sharing,
-        )
+        return specialise.from_record(record, code)
 
     def _optimised_ir(self, sizes: Mapping[str, int]) -> str:
         """The optimised module of the code that runs for these sizes (inspection of a cache hit)."""
@@ -471,51 +412,14 @@ class Kernel:
                 plan = self._plan(None)
                 self._generic = (plan, self._compiled(plan))
             plan, built = self._generic
-        params = tuple(values[p] for p in built.layout.params)
-        record = warm.CallRecord(
-            built.key,
-            tuple(
-                sorted({plan.program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()})
-            ),
-            self._shapes(sizes),
-            built.layout.tensors,
-            params,
-            plan.phase_runs(sizes, values),
-            plan.workspace_bytes,
-            {name: c.offset for name, c in plan.contracted.items()},
-            dict(plan.layouts),
-            dict(plan.sharing),
-        )
+        record = specialise.call_record(plan, built, sizes, values, self._shapes(sizes))
         if self.program_key is not None:
             warm.store_call(warm.call_key(self.program_key, key), record)
-        return Specialisation(
-            built.code,
-            record.buffers,
-            np.array(params or (0,), dtype=np.int64),
-            record.phases,
-            Workspaces(record.workspace_bytes),
-            record.contracted,
-            record.layouts,
-            record.sharing,
-        )
+        return specialise.from_record(record, built.code)
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
         """Accesses proved in bounds only for some sizes: reject the sizes that break them."""
-        fixed = None
-        for check in self.scop.checks:
-            if check.violation is None:
-                continue
-            fixed = fixed if fixed is not None else self.scop.params.fixed_context(sizes)
-            if not check.violation.intersect(fixed).is_empty():
-                stmt = self.scop.statement(check.statement).statement
-                access = (
-                    _source_text(check.read) if check.read is not None else f"the write of {check.tensor}"
-                )
-                shape = self._describe_tensor(check.tensor, sizes)
-                raise ArgumentError(
-                    f"{self.name}: with {_sizes_text(sizes)}, {access} would access {check.tensor} "
-                    f"out of bounds ({shape}){_statement_location(stmt)}"
-                )
+        messages.check_preconditions(self.name, self.scop, sizes, self._describe_tensor)
 
     def _describe_tensor(self, name: str, sizes: Mapping[str, int]) -> str:
         shape = tuple(fn(sizes) for fn in self._shape_fns[name])
@@ -556,26 +460,3 @@ class Kernel:
         if stage == "llvm":
             return str(optimise(module, vectorize=plan.vectorize))
         return assembly_of(module)
-
-
-def _source_text(read: ir.Read) -> str:
-    """An access as the user would write it: `A(i * i)` rather than `A((i * i))`."""
-
-    from tensorlang.ir import Binary  # an error message: the stages are loaded by now
-
-    def bare(e: ir.Expr) -> str:
-        text = str(e)
-        return text[1:-1] if isinstance(e, Binary) and e.op not in ("min", "max") else text
-
-    return f"{read.tensor}({', '.join(bare(i) for i in read.indices)})" if read.indices else read.tensor
-
-
-def _sizes_text(sizes: Mapping[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "no sizes"
-
-
-def _statement_location(stmt: ir.Statement) -> str:
-    if stmt.span is None:
-        return ""
-    line = stmt.span.source.line_text(stmt.span.line).strip()
-    return f" (line {stmt.span.line}: {line})"

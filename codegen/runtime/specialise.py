@@ -1,0 +1,99 @@
+"""runtime: a built plan, or a call record and its cached object code → Specialisation, the plain data a call reads."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..planning.runs import PhasePlan
+from .parallel import Workspaces
+from .warm import CallRecord
+
+if TYPE_CHECKING:
+    from ..lowering.build import Built
+    from ..lowering.jit import MachineCode
+    from ..planning.plan import KernelPlan, Param
+
+
+@dataclass
+class Specialisation:
+    """Machine code for one set of sizes, with the parameter values it was built for: what a
+    call reads, all of it plain data (warm.CallRecord stores it)."""
+
+    code: MachineCode
+    buffers: tuple[str, ...]  # the tensors in the kernel's pointer-array order
+    params: np.ndarray  # int64 parameter array passed at each call
+    plans: tuple[PhasePlan, ...]
+    workspaces: Workspaces
+    contracted: Mapping[str, int]  # temporaries stored as one slice per thread → workspace offset
+    layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
+    sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
+
+    @functools.cached_property
+    def params_address(self) -> int:
+        return self.params.ctypes.data
+
+    @functools.cached_property
+    def workspace_slots(self) -> tuple[tuple[int, int], ...]:
+        """(index in the buffer list, offset in a thread's workspace) of each contracted temporary."""
+        return tuple((self.buffers.index(name), offset) for name, offset in self.contracted.items())
+
+
+def call_record(
+    plan: KernelPlan,
+    built: Built,
+    sizes: Mapping[str, int],
+    values: Mapping[Param, int],
+    shapes: Mapping[str, tuple[int, ...]],
+) -> CallRecord:
+    """What a call of these sizes reads, from the plan and its machine code (`values`: every
+    parameter's value, plan.param_values)."""
+    gemms = {plan.program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()}
+    return CallRecord(
+        built.key,
+        tuple(sorted(gemms)),
+        dict(shapes),
+        built.layout.tensors,
+        tuple(values[p] for p in built.layout.params),
+        plan.phase_runs(sizes, values),
+        plan.workspace_bytes,
+        {name: c.offset for name, c in plan.contracted.items()},
+        dict(plan.layouts),
+        dict(plan.sharing),
+    )
+
+
+def from_record(record: CallRecord, code: MachineCode) -> Specialisation:
+    return Specialisation(
+        code,
+        record.buffers,
+        np.array(record.params or (0,), dtype=np.int64),
+        record.phases,
+        Workspaces(record.workspace_bytes),
+        record.contracted,
+        record.layouts,
+        record.sharing,
+    )
+
+
+def recorded_code(record: CallRecord, ir_text: Callable[[], str]) -> MachineCode | None:
+    """The call record's object code from the disk cache, loaded (its GEMM bodies published
+    first); None when it is missing, not a kernel's, or rejected by LLVM. `ir_text` rebuilds
+    the optimised module for inspection."""
+    from ..lowering import disk_cache
+    from ..lowering.gemm_jit import shared_gemm
+    from ..lowering.jit import jit_object
+
+    entry = disk_cache.load(record.object_key)
+    if entry is None or entry[1].get("kind") != "kernel":
+        return None
+    for dtype in record.gemm_dtypes:  # the object code's external symbols
+        shared_gemm(dtype)
+    try:
+        return jit_object(entry[0], ir_text)
+    except RuntimeError:  # LLVM rejected it: the caller compiles again (and overwrites it)
+        return None
