@@ -472,6 +472,8 @@ def plot_ratios(
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}×"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}×"))
+        ax.tick_params(axis="y", which="minor", labelsize="x-small")
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels([row["kernel"] for row in rows], rotation=30, ha="right", fontsize="small")
         ax.set_ylabel("× NumPy (> 1 = faster)")
@@ -494,7 +496,7 @@ def write_results(
 ) -> str:
     """results.json, results.md and plot.png in `out`; prints where they went (and why a plot is
     missing). Returns the Markdown."""
-    results["metadata"]["machine"]["loadavg_end"] = loadavg()
+    results["metadata"]["machine"].setdefault("loadavg_end", loadavg())  # kept when re-rendering
     if plot is not None:
         note = plot(results, out / "plot.png")
         if note:

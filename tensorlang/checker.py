@@ -188,6 +188,7 @@ class _DefChecker:
                         f"{var} already defined" + (f" (as {what})" if what else ""), clause.var.span
                     )
                 lets[var] = clause
+        self.declare_call_sizes(st, set(lhs) | set(lets))
         readable = {n: TensorInfo(t.name, t.dtype, t.rank) for n, t in self.inputs.items()}
         readable |= {n: TensorInfo(t.name, t.dtype, t.rank) for n, t in self.written.items()}
         scope = Scope(
@@ -252,6 +253,19 @@ class _DefChecker:
             hi = where_bound(clause.hi, set(self.sizes), tensor_names)
             where[var] = (lo, hi)
         return where
+
+    def declare_call_sizes(self, st: syntax.Statement, indices: set[str]) -> None:
+        """A bare name in a `where` range bound that is nothing else (no size, tensor, builtin,
+        or index of the statement) declares a size that no input's shape gives; it is passed at
+        the call (`k(A, T=100)`). Declared before the statement's expressions are checked, so
+        they may use it too (`B(i) = A(i + K) where i in 0:N - K`)."""
+        ranged = {c.var.name for c in st.wheres if isinstance(c, syntax.WhereRange)}
+        taken = indices | ranged | set(self.inputs) | set(self.outputs) | set(self.written) | set(BUILTINS)
+        for clause in st.wheres:
+            if isinstance(clause, syntax.WhereRange):
+                for name in _bound_names(clause.lo) + _bound_names(clause.hi):
+                    if name not in taken:
+                        self.sizes.setdefault(name, ir.SizeParam(name, None, None))
 
     def shape_of(self, tensor: str) -> tuple[sympy.Expr, ...]:
         return (self.inputs.get(tensor) or self.written[tensor]).shape
@@ -338,6 +352,18 @@ class _DefChecker:
 
 
 # ---------------------------------------------------------------- where-range bounds
+
+
+def _bound_names(expr: syntax.Expression) -> list[str]:
+    """The bare names of a range bound (those a `where` may declare as call-time sizes)."""
+    match expr:
+        case syntax.Name(name=name):
+            return [name]
+        case syntax.UnaryOp(operand=operand) | syntax.CastExpr(operand=operand):
+            return _bound_names(operand)
+        case syntax.BinaryOp(lhs=a, rhs=b):
+            return _bound_names(a) + _bound_names(b)
+    return []
 
 
 def where_bound(expr: syntax.Expression, sizes: set[str], tensors: set[str]) -> sympy.Expr:

@@ -22,7 +22,7 @@ FUSION_CHOICES = ("auto", "max", "none")
 USAGE = (
     """\
 tensorlang FILE.tc [--name N] --emit STAGE [--size N=8 ...] [OPTIONS]
-tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--bench] [--seed S] [OPTIONS]
+tensorlang run FILE.tc [--name N] --shape A=8x12 [--shape B=12x10 ...] [--size T=100 ...] [--bench] [--seed S] [OPTIONS]
 tensorlang export FILE.tc [--name N] [--shape A=8x12 ... | --size N=8 ...] -o DIR [OPTIONS]
 tensorlang grad FILE.tc [--name N] [--wrt A,B]
 tensorlang cache info|clear
@@ -62,6 +62,13 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="source file (.tc)")
     p.add_argument("--name", help="the def to compile when the file holds several")
     p.add_argument("--shape", action="append", default=[], metavar="A=8x12", help="shape of an input tensor")
+    p.add_argument(
+        "--size",
+        action="append",
+        default=[],
+        metavar="T=100",
+        help="a size no input's shape gives (k(..., T=100))",
+    )
     p.add_argument("--bench", action="store_true", help="time repeated calls and report the median")
     p.add_argument("--repeat", type=int, default=20, help="calls timed with --bench (default 20)")
     p.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
@@ -142,6 +149,18 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, dims
 
 
+def _parse_sizes(flags: Sequence[str]) -> dict[str, int]:
+    """--size N=8 ... as {name: value}."""
+    sizes: dict[str, int] = {}
+    for item in flags:
+        name, value = _parse_assignment(item, "--size")
+        try:
+            sizes[name] = int(value)
+        except ValueError:
+            raise TensorLangError(f"--size {item!r}: the value must be an integer") from None
+    return sizes
+
+
 def _check_names(given: Sequence[str], valid: Sequence[str], flag: str, what: str, program: str) -> None:
     """An unknown NAME in --size/--shape NAME=... is an error naming it and listing the valid ones."""
     unknown = [n for n in given if n not in valid]
@@ -179,15 +198,8 @@ def _emit(argv: Sequence[str]) -> int:
     kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
     sizes = None
     if args.size:
-        sizes = {}
-        for item in args.size:
-            name, value = _parse_assignment(item, "--size")
-            try:
-                sizes[name] = int(value)
-            except ValueError:
-                raise TensorLangError(f"--size {item!r}: the value must be an integer") from None
-        valid = [s.name for s in kernel.program.sizes]
-        _check_names(list(sizes), valid, "--size", "size", kernel.name)
+        sizes = _parse_sizes(args.size)
+        _check_names(list(sizes), kernel.interface.sizes, "--size", "size", kernel.name)
     print(kernel.inspect(args.emit, sizes=sizes))
     return 0
 
@@ -203,15 +215,23 @@ def _run(argv: Sequence[str]) -> int:
     t0 = time.perf_counter()
     kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
     compile_seconds = time.perf_counter() - t0
-    program = kernel.program
+    program = kernel.interface  # names, dtypes and ranks: no front end when the cache has the def
     _check_names(list(shapes), [t.name for t in program.inputs], "--shape", "input", program.name)
+    given = _parse_sizes(args.size)
+    _check_names(list(given), program.sizes, "--size", "size", program.name)
+    bound = {value for t in program.inputs for kind, value in t.dims if kind == "size"}
+    unbound = [s for s in program.sizes if s not in bound and s not in given]
+    if unbound:
+        raise TensorLangError(
+            f"run: no input's shape gives {', '.join(unbound)}: give it with --size {unbound[0]}=8"
+        )
     missing = [t.name for t in program.inputs if t.name not in shapes and t.rank > 0]
     if missing:
         raise TensorLangError(f"run: give the shape of {', '.join(missing)} with --shape NAME=AxB")
     rng = np.random.default_rng(args.seed)
     inputs = [_random_input(rng, t, shapes.get(t.name, ())) for t in program.inputs]
     t0 = time.perf_counter()
-    result = kernel(*inputs)
+    result = kernel(*inputs, **given)
     first_call = time.perf_counter() - t0
     results = result if isinstance(result, tuple) else (result,)
     print(
@@ -224,7 +244,7 @@ def _run(argv: Sequence[str]) -> int:
         times = []
         for _ in range(max(1, args.repeat)):
             t0 = time.perf_counter()
-            kernel(*inputs)
+            kernel(*inputs, **given)
             times.append(time.perf_counter() - t0)
         print(
             f"  median {statistics.median(times) * 1e3:.4f} ms over {len(times)} calls (min {min(times) * 1e3:.4f} ms)"
@@ -249,13 +269,7 @@ def _export_parser() -> argparse.ArgumentParser:
 
 def _export_sizes(program, shape_flags: Sequence[str], size_flags: Sequence[str]) -> dict[str, int]:
     """Every size symbol's value from --size N=8 and the input shapes of --shape A=8x12."""
-    sizes: dict[str, int] = {}
-    for item in size_flags:
-        name, value = _parse_assignment(item, "--size")
-        try:
-            sizes[name] = int(value)
-        except ValueError:
-            raise TensorLangError(f"--size {item!r}: the value must be an integer") from None
+    sizes = _parse_sizes(size_flags)
     _check_names(list(sizes), [s.name for s in program.sizes], "--size", "size", program.name)
     shapes = dict(_parse_shape(s) for s in shape_flags)
     _check_names(list(shapes), [t.name for t in program.inputs], "--shape", "input", program.name)

@@ -352,11 +352,12 @@ class Statement:
 
 @dataclass(frozen=True)
 class SizeParam:
-    """A size symbol and the first input dimension that binds it."""
+    """A size symbol and the first input dimension that binds it; (None, None) for a size that
+    no input's shape gives, declared by a `where` bound and passed at the call (`k(A, T=100)`)."""
 
     name: str
-    tensor: str
-    dim: int
+    tensor: str | None
+    dim: int | None
 
     @property
     def symbol(self) -> sympy.Symbol:
@@ -406,7 +407,12 @@ class Program:
 
     def __str__(self) -> str:
         lines = [f"def {self.name}"]
-        lines += [f"  size {s.name} = {s.tensor}.shape[{s.dim}]" for s in self.sizes]
+        lines += [
+            f"  size {s.name} = {s.tensor}.shape[{s.dim}]"
+            if s.tensor is not None
+            else f"  size {s.name} (given at the call)"
+            for s in self.sizes
+        ]
         lines += [f"  {t}" for t in self.tensors]
         lines += [f"  S{i}: {s}" for i, s in enumerate(self.statements)]
         lines += [f"  require {r.expr} == 0" for r in self.requirements]
@@ -418,7 +424,8 @@ class Program:
         assert len(names) == len(set(names)), f"duplicate tensor names {names}"
         size_names = {s.name for s in self.sizes}
         for s in self.sizes:
-            assert self.tensor(s.tensor).role == "input", s
+            assert (s.tensor is None) == (s.dim is None), s
+            assert s.tensor is None or self.tensor(s.tensor).role == "input", s
         for t in self.tensors:
             for d in t.shape:
                 assert {str(x) for x in d.free_symbols} <= size_names, (t, d)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import operator
 import threading
 import warnings
 from collections import OrderedDict
@@ -170,7 +171,9 @@ class Kernel:
 
     # ------------------------------------------------------------------ calling
 
-    def __call__(self, *inputs: object, out: object = None):
+    def __call__(self, *inputs: object, out: object = None, **sizes: int):
+        """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
+        count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
         program = self.interface
         if len(inputs) != len(program.inputs):
             names = ", ".join(t.name for t in program.inputs)
@@ -178,7 +181,7 @@ class Kernel:
                 f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}"
             )
         arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
-        sizes = args_.bind_sizes(program, arrays, self._input_dims)
+        sizes = self._keyword_sizes(args_.bind_sizes(program, arrays, self._input_dims), sizes)
         shapes = self._shapes(sizes)
         requested = args_.normalise_out(program, out)
         buffers = {
@@ -220,6 +223,39 @@ class Kernel:
             for t in program.outputs
         )
         return results[0] if len(results) == 1 else results
+
+    def _keyword_sizes(self, bound: dict[str, int], given: Mapping[str, object]) -> dict[str, int]:
+        """The sizes the inputs bound, with those given by keyword: each must be a size of the
+        def, a non-negative integer within int32, and agree with the inputs where they give it
+        too; every size must end up with a value."""
+        program = self.interface
+        for name, value in given.items():
+            if name not in program.sizes:
+                valid = ", ".join(program.sizes) or "none"
+                raise ArgumentError(f"{program.name}: {name}= is not a size of the def (its sizes: {valid})")
+            try:
+                number = operator.index(value)  # ints and NumPy integers; not floats or bools
+            except TypeError:
+                number = None
+            if (
+                number is None or isinstance(value, bool) or not 0 <= number < 2**31
+            ):  # int32 index bounds, as input dimensions
+                raise ArgumentError(
+                    f"{program.name}: size {name} must be an integer in [0, 2^31), got {value!r}"
+                )
+            if name in bound and bound[name] != number:
+                raise ArgumentError(
+                    f"{program.name}: {name}={number} but the input shapes give {name} = {bound[name]}"
+                )
+            bound[name] = number
+        missing = [s for s in program.sizes if s not in bound]
+        if missing:
+            raise ArgumentError(
+                f"{program.name}: no input's shape gives the size{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)}: pass {'them' if len(missing) > 1 else 'it'} by keyword, "
+                f"as in k(..., {missing[0]}=8)"
+            )
+        return bound
 
     def _shared_views(self, spec: Specialisation, shapes) -> dict[str, np.ndarray]:
         sizes_of = {}
