@@ -224,6 +224,25 @@ class Kernel:
         )
         return results[0] if len(results) == 1 else results
 
+    # ------------------------------------------------------------------ shapes without a call
+
+    def output_shapes(self, *input_shapes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+        """The outputs' shapes, in the def's order, for inputs of these shapes: sizes bound and
+        checked as a call binds them, nothing compiled or allocated (tensorlang.torch's fake kernels)."""
+        program = self.interface
+        if len(input_shapes) != len(program.inputs):
+            raise ArgumentError(
+                f"{program.name}: expected {len(program.inputs)} input shapes, got {len(input_shapes)}"
+            )
+        for t, shape in zip(program.inputs, input_shapes):
+            if len(shape) != t.rank:
+                raise ArgumentError(
+                    f"{program.name}: input {t.name} has {t.rank} dimensions, not shape {tuple(shape)}"
+                )
+        shaped = [np.broadcast_to(np.empty((), np.uint8), tuple(shape)) for shape in input_shapes]
+        shapes = self._shapes(self._keyword_sizes(args_.bind_sizes(program, shaped, self._input_dims), {}))
+        return tuple(shapes[t.name] for t in program.outputs)
+
     def _keyword_sizes(self, bound: dict[str, int], given: Mapping[str, object]) -> dict[str, int]:
         """The sizes the inputs bound, with those given by keyword: each must be a size of the
         def, a non-negative integer within int32, and agree with the inputs where they give it
