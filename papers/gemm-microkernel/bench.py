@@ -103,8 +103,14 @@ def measure(run, dtype: str, n: int, layout: str, seconds: float, min_reps: int)
         "throughput": {k: flops / v / 1e9 for k, v in med.items()},
         "ratio_to_numpy": {k: med["numpy"] / v for k, v in med.items()},
         "status": {"tl_gemm": "ok" if correct else "wrong", "numpy": "ok"},
-        "samples_s": samples,
+        "samples_s": {k: sample_summary(v) for k, v in samples.items()},
     }
+
+
+def sample_summary(values: list[float]) -> dict:
+    """Small problems take thousands of calls: keep quantiles, not every sample."""
+    q = np.quantile(values, [0.0, 0.25, 0.5, 0.75, 1.0])
+    return {"n": len(values), **dict(zip(("min", "p25", "median", "p75", "max"), map(float, q)))}
 
 
 def markdown(results: dict) -> str:
