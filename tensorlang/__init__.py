@@ -74,6 +74,10 @@ def __getattr__(name: str):
         from codegen.lowering import disk_cache
 
         return disk_cache.info if name == "cache_info" else disk_cache.clear
+    if name == "_torch_op":  # tensorlang.torch.op (codegen/interop/torch_op.py imports torch)
+        from codegen.interop import torch_op
+
+        return torch_op.op
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 

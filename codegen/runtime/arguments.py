@@ -11,6 +11,8 @@ import numpy as np
 
 from tensorlang.errors import ArgumentError
 
+from ..interop import dlpack
+
 if TYPE_CHECKING:  # calls read the Interface (runtime/interface.py), which has ir's shape
     from tensorlang import ir
 
@@ -24,21 +26,33 @@ def _describe(tensor: ir.Tensor) -> str:
 
 
 def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.ndarray:
-    """A C-contiguous array of exactly the declared dtype and rank (copied if strided)."""
+    """A C-contiguous array of exactly the declared dtype and rank (copied if strided).
+
+    Accepted: NumPy arrays; objects with `__dlpack__` in CPU memory (viewed without a copy) or
+    with `__array__` (interop/dlpack.py); nested lists and tuples of Python numbers of the
+    declared kind (`_from_list`); a Python number for a 0-d input (`_python_number`)."""
     expected = np.dtype(tensor.dtype.numpy_name)
     # NumPy scalars (np.float64 subclasses float) follow the array rule: their dtype must match
     if isinstance(value, bool | int | float) and not isinstance(value, np.generic) and not tensor.shape:
         return _python_number(value, tensor, program, expected)
     if isinstance(value, np.generic):
         value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
-        raise ArgumentError(
-            f"{program.name}: input {tensor.name} must be a NumPy array ({_describe(tensor)}), got {type(value).__name__}"
-        )
+    what = f"{program.name}: input {tensor.name}"
+    hint = f"convert with .astype(np.{expected.name})"
+    if isinstance(value, list | tuple):
+        value = _from_list(value, tensor, program, expected)
+    elif not isinstance(value, np.ndarray):
+        if not dlpack.is_array_like(value):
+            raise ArgumentError(
+                f"{what} must be an array ({_describe(tensor)}): a NumPy array, an object with "
+                f"__dlpack__ or __array__, or a nested list; got {type(value).__name__}"
+            )
+        hint = f"convert it to {expected.name} first"
+        value = dlpack.to_array(value, what)
     if value.dtype != expected:
         raise ArgumentError(
             f"{program.name}: input {tensor.name} expected type {tensor.dtype} but found {value.dtype} "
-            f"(tensorlang never casts silently; convert with .astype(np.{expected.name}))"
+            f"(tensorlang never casts silently; {hint})"
         )
     if value.ndim != tensor.rank:
         raise ArgumentError(
@@ -46,6 +60,59 @@ def as_input_array(value: object, tensor: ir.Tensor, program: ir.Program) -> np.
             f"but found {value.ndim} dimensions (shape {value.shape}); declared as {_describe(tensor)}"
         )
     return np.ascontiguousarray(value)
+
+
+def _element_kind_ok(element: object, tensor: ir.Tensor, expected: np.dtype) -> bool:
+    if isinstance(element, np.generic):  # NumPy scalars follow the array rule
+        return element.dtype == expected
+    if isinstance(element, bool):
+        return tensor.dtype.is_bool
+    if isinstance(element, int):
+        return tensor.dtype.is_integer
+    if isinstance(element, float):
+        return tensor.dtype.is_float
+    return False
+
+
+def _from_list(value: list | tuple, tensor: ir.Tensor, program: ir.Program, expected: np.dtype) -> np.ndarray:
+    """A nested list (or tuple) converted with the declared type, under the Python-number rule:
+    every element of the declared kind (bool for bool, int for integer types, float for
+    floating-point types; a NumPy scalar of exactly the declared dtype) and representable
+    (integers in range; floats neither overflowing to inf nor underflowing a non-zero to 0).
+    A ragged list is an error."""
+    what = f"{program.name}: input {tensor.name}"
+    try:
+        cells = np.array(value, dtype=object)
+    except ValueError as exc:  # ragged at a level NumPy cannot hold as objects
+        raise ArgumentError(f"{what}: a nested list that is not rectangular ({exc})") from exc
+    kind = "bool" if tensor.dtype.is_bool else "int" if tensor.dtype.is_integer else "float"
+    for index, element in np.ndenumerate(cells):
+        if _element_kind_ok(element, tensor, expected):
+            continue
+        if isinstance(element, list | tuple):
+            raise ArgumentError(f"{what}: a nested list that is not rectangular (element {index} is a list)")
+        shown = f"{type(element).__name__} {element!r}"
+        raise ArgumentError(
+            f"{what} is {_describe(tensor)}: a list must hold Python {kind}s (tensorlang never casts "
+            f"silently), but element {index} is {shown}"
+        )
+    if tensor.dtype.is_integer and cells.size:
+        info = np.iinfo(expected)
+        for index, element in np.ndenumerate(cells):
+            if not info.min <= int(element) <= info.max:
+                raise ArgumentError(f"{what} ({tensor.dtype}) cannot hold {element} (element {index})")
+    with np.errstate(over="ignore", under="ignore"):
+        array = cells.astype(expected)
+    if tensor.dtype.is_float and cells.size:
+        source = cells.astype(np.float64)
+        bad = (np.isfinite(source) & ~np.isfinite(array)) | ((source != 0) & (array == 0))
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ArgumentError(
+                f"{what} ({tensor.dtype}) cannot represent {cells[index]!r} (element {index}): it would "
+                f"become {array[index].item()!r}"
+            )
+    return array.reshape(cells.shape)
 
 
 def _python_number(
@@ -122,11 +189,13 @@ class OutputBuffer:
 
 
 def normalise_out(program: ir.Program, out: object) -> dict[str, np.ndarray]:
-    """`out=` as {output name: array}; accepts a mapping or one entry per output (None = allocate)."""
+    """`out=` as {output name: array}; accepts a mapping or one entry per output (None = allocate).
+    An entry is a NumPy array or an object viewed through DLPack or `__array__` (interop/dlpack.py):
+    the kernel writes into the object's own memory."""
     if out is None:
         return {}
     names = [t.name for t in program.outputs]
-    if isinstance(out, np.ndarray):
+    if not isinstance(out, Mapping | list | tuple) and dlpack.is_array_like(out):
         out = [out]
     if isinstance(out, Mapping):
         unknown = [k for k in out if k not in names]
@@ -145,12 +214,15 @@ def normalise_out(program: ir.Program, out: object) -> dict[str, np.ndarray]:
         raise ArgumentError(
             f"{program.name}: out= must be a mapping from output name to array, or a sequence"
         )
+    arrays = {}
     for name, arr in chosen.items():
-        if not isinstance(arr, np.ndarray):
+        if not dlpack.is_array_like(arr):
             raise ArgumentError(
-                f"{program.name}: out= for {name} must be a NumPy array, got {type(arr).__name__}"
+                f"{program.name}: out= for {name} must be an array written in place (a NumPy array, or "
+                f"an object with __dlpack__ or __array__), got {type(arr).__name__}"
             )
-    return chosen
+        arrays[name] = dlpack.to_array(arr, f"{program.name}: out= for {name}", for_output=True)
+    return arrays
 
 
 def check_out_buffer(

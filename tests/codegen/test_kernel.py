@@ -72,8 +72,11 @@ def test_constant_dimension_checked():
 
 
 def test_not_an_array(matmul):
-    with pytest.raises(tl.ArgumentError, match="must be a NumPy array"):
-        matmul([[1.0]], f32(1, 1))
+    with pytest.raises(tl.ArgumentError, match="input A must be an array"):
+        matmul("A", f32(1, 1))
+    # nested lists are converted under the Python-number rule (tests/codegen/test_array_inputs.py)
+    with pytest.raises(tl.ArgumentError, match="must hold Python floats"):
+        matmul([[1]], f32(1, 1))
 
 
 def test_non_contiguous_inputs_are_read_correctly(matmul):
