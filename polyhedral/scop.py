@@ -15,7 +15,7 @@ import islpy as isl
 import sympy
 
 from tensorlang import ir
-from tensorlang.errors import InternalError
+from tensorlang.errors import InternalError, SemanticError
 
 from .accesses import Access, ExprConverter, access_relation, guarded_reads
 from .sizes import ParamSpace, make_param_space, to_pwaff
@@ -280,6 +280,54 @@ def compute_dependences(statements: tuple[PolyStatement, ...], params: ParamSpac
     )
 
 
+def check_written_before_read(
+    program: ir.Program, statements: tuple[PolyStatement, ...], params: ParamSpace
+) -> None:
+    """A read of a temporary's element inside its extent that no statement instance before it
+    (in textual order) wrote would read garbage: a SemanticError at the read, with sizes for which
+    it happens. A temporary's extent is the hull of what its statements write, so this catches a
+    hole in the hull, and a recurrence that reads a value its statements only write later (two
+    statements each looping over all of t). Reads under a non-affine condition are not checked."""
+    temporaries = {t.name: t for t in program.temporaries}
+    sinks = [
+        (a, a.relation.intersect_domain(a.guard))
+        for s in statements
+        for a in s.reads
+        if a.read is not None and a.tensor in temporaries and a.guard is not None and a.exact
+    ]
+    if not sinks:
+        return
+    empty = isl.UnionMap.empty(params.param_space())
+    writes, reads = empty, empty
+    for s in statements:
+        if s.write.tensor in temporaries:
+            writes = writes.union(isl.UnionMap.from_map(s.write.relation))
+    for _, rel in sinks:
+        reads = reads.union(isl.UnionMap.from_map(rel))
+    order = original_order(statements, params)
+    flow = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes).set_schedule_map(order).compute_flow()
+    unwritten = flow.get_may_no_source()
+    for a, rel in sinks:
+        box = tensor_box(params, temporaries[a.tensor])
+        bad = isl.UnionMap.from_map(rel.intersect_range(box)).intersect(unwritten)
+        if bad.is_empty():
+            continue
+        sizes = bad.params().intersect(params.context()).sample_point()
+        example = ", ".join(
+            f"{name} = {sizes.get_coordinate_val(isl.dim_type.param, pos).to_python()}"
+            for pos, name in enumerate(params.names[: len(params.sizes)])
+        )
+        raise SemanticError(
+            f"this reads elements of temporary {a.tensor} that no earlier statement writes"
+            + (f" (for example when {example})" if example else "")
+            + f". Statements run in textual order, each over all of its ranges: every element of "
+            f"{a.tensor} that is read must be written before, by an earlier statement or by an "
+            f"earlier iteration of this one (a time recurrence over several tensors must be one "
+            f"statement, with the fields as an index)",
+            a.read.span,
+        )
+
+
 def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
     ctx = ctx or isl.Context()
     params = make_param_space(ctx, tuple(s.name for s in program.sizes), _size_exprs(program))
@@ -292,4 +340,5 @@ def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
         c for s in statements for a in s.accesses if (c := _bounds_check(params, program, s, a)) is not None
     ]
     stmts = tuple(statements)
+    check_written_before_read(program, stmts, params)
     return Scop(program, params, stmts, tuple(checks), compute_dependences(stmts, params))

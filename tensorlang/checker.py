@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 
@@ -312,9 +313,16 @@ class _DefChecker:
             shape = tuple(solved[var][1] for var in lhs)
             self.written[name] = ir.Tensor(name, rhs.dtype, shape, role, span=span)
         else:
-            for var, extent in zip(lhs, self.written[name].shape):
-                if var in where:
-                    ranges.check_within(name, var, *solved[var], extent, spans[var])
+            # An output keeps the shape its first statement gave it; a temporary's extent is the
+            # union (hull) of what its statements write: a `where` range may extend it upward.
+            tensor = self.written[name]
+            shape = list(tensor.shape)
+            for d, var in enumerate(lhs):
+                if var in where and tensor.role == "temporary":
+                    shape[d] = ranges.hull(name, var, *solved[var], shape[d], spans[var])
+                elif var in where:
+                    ranges.check_within(name, var, *solved[var], shape[d], spans[var])
+            self.written[name] = dataclasses.replace(tensor, shape=tuple(shape))
 
         op = "=" if st.op == "=" else st.op.rstrip("!").removesuffix("=")
         bang = st.op.endswith("!")

@@ -380,6 +380,25 @@ def require_zero_based(
     )
 
 
+def hull(tensor: str, var: str, lo, hi, extent, span: Span | None) -> sympy.Expr:
+    """A temporary's extent after a later statement writes [lo, hi) with a `where` range: the hull
+    of [0, extent) and [lo, hi), i.e. max(extent, hi). The start stays 0 (the first statement's,
+    which require_zero_based checks); a range that provably starts below it is an error, one that
+    may for some sizes is checked at call time like every write."""
+    if lo.is_negative is True:
+        raise SemanticError(
+            f"index {var} ranges over {lo}:{hi}, which starts below 0; a later statement may extend "
+            f"temporary {tensor} upward only (its first statement starts it at 0)",
+            span,
+        )
+    grown = sympy.simplify(hi - extent)
+    if grown.is_nonpositive is True:
+        return extent
+    if grown.is_nonnegative is True:
+        return hi
+    return sympy.Max(extent, hi)
+
+
 def check_within(tensor: str, var: str, lo, hi, extent, span: Span | None) -> None:
     """A later statement's `where` range must not provably leave the tensor its first statement shaped."""
     if lo.is_negative is True or sympy.simplify(hi - extent).is_positive is True:
