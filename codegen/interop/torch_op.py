@@ -93,7 +93,8 @@ def _register(qualname: str, kernel: Kernel):
     def fake(*tensors: torch.Tensor):
         _check_dtypes(kernel, tensors)
         shapes = kernel.output_shapes(*(tuple(int(d) for d in t.shape) for t in tensors))
-        made = tuple(torch.empty(s, dtype=d, device="cpu") for s, d in zip(shapes, dtypes))
+        device = tensors[0].device if tensors else torch.device("cpu")  # "meta" for meta tensors
+        made = tuple(torch.empty(s, dtype=d, device=device) for s, d in zip(shapes, dtypes))
         return made[0] if single else made
 
     custom = torch.library.custom_op(qualname, forward, mutates_args=(), device_types="cpu", schema=schema)
