@@ -168,14 +168,54 @@ def _unroll_and_jam(node: isl.ScheduleNode, factor: int) -> isl.ScheduleNode:
     return point
 
 
+# columns per strip when a band's only parallel loop is its stride-1 one (see _strip_parallel)
+PARALLEL_STRIP = 512
+
+
+def _outermost_band(node: isl.ScheduleNode) -> bool:
+    parent = node
+    while parent.has_parent():
+        parent = parent.parent()
+        if parent.get_type() == isl.schedule_node_type.band:
+            return False
+    return True
+
+
+def _strip_parallel(scop: Scop, node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """A region's outer band whose only parallel member is the stride-1 one that goes innermost
+    (a column sum, atax's y(j) += A(i, j) * t(i)) leaves threads nothing to split: put a loop over
+    strips of PARALLEL_STRIP of that member above the band, so that threads take strips while each
+    still walks its rows with stride 1. Each y(j) still sums over i in order: the results are
+    those of the band alone. Returns the node at the same position."""
+    n = node.band_n_member()
+    members = member_vars(scop, node)
+    if any(scop.statement(name).projected is not None for m in members for name in m):
+        return node
+    if not node.band_member_get_coincident(n - 1) or any(
+        node.band_member_get_coincident(m) for m in range(n - 1)
+    ):
+        return node
+    if not _outermost_band(node):
+        return node
+    inner = node.band_get_partial_schedule().get_at(n - 1)
+    strip = inner.scale_down_val(isl.Val.int_from_si(node.get_ctx(), PARALLEL_STRIP)).floor()
+    outer = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_pw_aff(strip))
+    outer = outer.band_set_permutable(1).band_member_set_coincident(0, True)
+    return outer.child(0)
+
+
 def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> isl.Schedule:
-    """Reorder every permutable band for stride-1 inner loops; tile if asked."""
+    """Reorder every permutable band for stride-1 inner loops; tile if asked; on several threads,
+    strip a band whose only parallel loop is the innermost one (_strip_parallel)."""
+    threads = options.thread_count() > 1 and options.optimize
 
     def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if node.get_type() != isl.schedule_node_type.band or not node.band_get_permutable():
             return node
         if node.band_n_member() >= 2:
             node = _permute_band(node, _member_order(scop, node))
+            if threads and options.tile is None:
+                node = _strip_parallel(scop, node)
             depth = 0  # the callback must return a node at the position it was given
             sizes = options.tile if options.tile is not None else _auto_tile(scop, node)
             if sizes is not None:

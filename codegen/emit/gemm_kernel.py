@@ -381,19 +381,23 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
     return plain
 
 
-# spin-wait iterations (each a `pause`, some 50-150 cycles) before a waiting thread starts to
-# sleep: about 0.1-0.2 ms, the length of a task. A thread that sleeps lets its core go idle, so
-# that the scheduler moves the thread it waits for there when another process shares that
-# thread's core (spinning would keep the core busy for a whole time slice instead).
-SPIN_LIMIT = 4096
+# How a thread waits for another's task: SPIN_LIMIT looks with a `pause` between them (a few
+# microseconds: most waits at a stage's end are that short), then up to YIELD_LIMIT looks with a
+# sched_yield() between them (the thread it waits for may share its core: under load, a waking
+# thread is often put on the core of the one that woke it), then SLEEP_US µs of sleep between
+# looks: an idle core lets the scheduler move the awaited thread there when another process
+# shares that thread's core.
+SPIN_LIMIT = 64
+YIELD_LIMIT = 2048
 SLEEP_US = 50
 
 
 def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins) -> None:
     """Wait until the finished-task counter reaches `target` (an acquire load, so that what those
-    tasks wrote is visible): spin SPIN_LIMIT times, then sleep SLEEP_US µs between looks; return
-    from the function if the call is cancelled meanwhile. `spins` is an i64 alloca."""
+    tasks wrote is visible), spinning, yielding, then sleeping between looks; return from the
+    function if the call is cancelled meanwhile. `spins` is an i64 alloca."""
     usleep = declare_intrinsic(module, "usleep", I32, [I32])
+    sched_yield = declare_intrinsic(module, "sched_yield", I32, [])
     b.store(c64(0), spins)
     head = b.append_basic_block("wait.head")
     spin = b.append_basic_block("wait.spin")
@@ -404,12 +408,16 @@ def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins)
     b.cbranch(b.icmp_signed(">=", seen, target), ready, spin).set_weights([1 << 10, 1])
     b.position_at_end(spin)
     count = b.load(spins)
-    with b.if_else(b.icmp_signed("<", count, c64(SPIN_LIMIT))) as (busy, idle):
+    b.store(b.add(count, c64(1)), spins)
+    with b.if_else(b.icmp_signed("<", count, c64(SPIN_LIMIT))) as (busy, later):
         with busy:
             _pause(module, b)
-            b.store(b.add(count, c64(1)), spins)
-        with idle:
-            b.call(usleep, [ir.Constant(I32, SLEEP_US)])
+        with later:
+            with b.if_else(b.icmp_signed("<", count, c64(YIELD_LIMIT))) as (polite, idle):
+                with polite:
+                    b.call(sched_yield, [])
+                with idle:
+                    b.call(usleep, [ir.Constant(I32, SLEEP_US)])
     _stop_if_cancelled(b, cancel)
     b.branch(head)
     b.position_at_end(ready)
