@@ -18,7 +18,7 @@ from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
 from ..options import Options
 from . import arguments as args_
-from . import messages, specialise, warm
+from . import fastcall, messages, specialise, warm
 from .interface import Interface, interface_of
 from .parallel import renew_after_fork, run_phases
 from .specialise import Specialisation
@@ -91,6 +91,10 @@ class Kernel:
         # tensors a `+=`-without-`!` accumulates into first: they start from zeros (or out=)
         self._uninitialised = interface.uninitialised
         self._pending_calls: dict[tuple[int, ...], warm.CallRecord] = {}  # loaded, not yet used
+        # input shapes → the few steps a repeated call of a small kernel needs (runtime/fastcall.py);
+        # read without a lock: single dict operations are atomic, and eviction replaces the dict
+        self._fast: dict[tuple, fastcall.FastCall] = {}
+        self._input_dtypes = tuple(np.dtype(t.dtype.numpy_name) for t in interface.inputs)
         self._warm_objects: dict[str, MachineCode] = {}  # generic code shared by call records
         # per set of sizes, least recently called first; at most options.max_specializations each
         self._cache: OrderedDict[tuple[int, ...], Specialisation] = OrderedDict()
@@ -171,9 +175,19 @@ class Kernel:
 
     # ------------------------------------------------------------------ calling
 
-    def __call__(self, *inputs: object, out: object = None, **sizes: int):
+    def __call__(self, *inputs: object, out: object = None, **keyword_sizes: int):
         """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
+        if out is None and not keyword_sizes:  # a signature that passed every check before: few steps
+            fast = self._fast.get(self._fast_key(inputs))
+            if fast is not None:
+                with self._cache_lock:  # a call keeps its machine code the most recently used
+                    if fast.sizes in self._cache:
+                        self._cache.move_to_end(fast.sizes)
+                code, error, result = fast.run(inputs)
+                if code != 0:
+                    raise self._runtime_error(int(code), error)
+                return result
         program = self.interface
         if len(inputs) != len(program.inputs):
             names = ", ".join(t.name for t in program.inputs)
@@ -181,7 +195,7 @@ class Kernel:
                 f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}"
             )
         arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
-        sizes = self._keyword_sizes(args_.bind_sizes(program, arrays, self._input_dims), sizes)
+        sizes = self._keyword_sizes(args_.bind_sizes(program, arrays, self._input_dims), keyword_sizes)
         shapes = self._shapes(sizes)
         requested = args_.normalise_out(program, out)
         buffers = {
@@ -222,7 +236,41 @@ class Kernel:
             else storage[t.name]
             for t in program.outputs
         )
+        if out is None and not keyword_sizes and all(a is v for a, v in zip(arrays, inputs)):
+            self._remember_fast(inputs, spec, sizes, shapes)
         return results[0] if len(results) == 1 else results
+
+    def _fast_key(self, inputs: tuple) -> tuple | None:
+        """The input shapes, when every input is a C-contiguous NumPy array of its declared dtype."""
+        if len(inputs) != len(self._input_dtypes):
+            return None
+        key = []
+        for value, dtype in zip(inputs, self._input_dtypes):
+            if type(value) is not np.ndarray or value.dtype != dtype or not value.flags.c_contiguous:
+                return None
+            key.append(value.shape)
+        return tuple(key)
+
+    def _remember_fast(self, inputs: tuple, spec: Specialisation, sizes: Mapping[str, int], shapes) -> None:
+        key = self._fast_key(inputs)
+        if key is None or self._uninitialised:  # `+=` without `!` warns or zeroes on every call
+            return
+        program = self.interface
+
+        def described(tensors):
+            return [(t.name, shapes[t.name], np.dtype(t.dtype.numpy_name)) for t in tensors]
+
+        fast = fastcall.fast_call(
+            spec,
+            tuple(sizes[s] for s in program.sizes),
+            [t.name for t in program.inputs],
+            described(program.outputs),
+            described(program.temporaries),
+        )
+        if fast is not None:
+            with self._cache_lock:
+                if any(s is spec for s in self._cache.values()):  # not evicted meanwhile
+                    self._fast[key] = fast
 
     # ------------------------------------------------------------------ shapes without a call
 
@@ -318,7 +366,9 @@ class Kernel:
         cache[key] = value
         cache.move_to_end(key)
         while len(cache) > self.options.max_specializations:
-            cache.popitem(last=False)
+            _, evicted = cache.popitem(last=False)
+            # a fast path must not keep evicted machine code alive (called with the lock held)
+            self._fast = {k: f for k, f in self._fast.items() if f.spec is not evicted}
 
     def _compute_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         for evaluate, requirement in self._requirements:

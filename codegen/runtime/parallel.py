@@ -252,6 +252,25 @@ def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     return chunks((lo, hi, step), parts)
 
 
+def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
+    """Whether run_phases runs every phase on the calling thread whatever the thread count:
+    each phase below MIN_PARALLEL_WORK, the whole below WATCHED_WORK (an interrupt is then
+    delivered when the call returns). Such calls may use run_inline, with no scratch memory."""
+    return all(p.work < MIN_PARALLEL_WORK for p in plans) and sum(p.work for p in plans) < WATCHED_WORK
+
+
+def run_inline(entry, buffers: int, params: int, plans: tuple[PhasePlan, ...]) -> tuple[int, np.ndarray]:
+    """run_phases for plans that `runs_inline` and a kernel without scratch memory, minus the
+    bookkeeping: a cached call of a small kernel is a few microseconds."""
+    error = np.zeros(4, dtype=np.int64)
+    error_ptr = error.ctypes.data
+    for plan in plans:
+        code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, 0, _NEVER_ADDRESS)
+        if code:
+            return code, error
+    return 0, error
+
+
 def run_phases(
     entry, buffers_for, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
 ) -> tuple[int, np.ndarray]:

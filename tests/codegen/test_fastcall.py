@@ -1,0 +1,143 @@
+"""The fast path of repeated small calls (codegen/runtime/fastcall.py): taken only for a signature
+that passed every check before, and indistinguishable from the full path in results and errors."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.errors import TensorLangWarning
+
+ADD = "def f(float(N) A, float(N) B) -> (C, D) { C(i) = A(i) + B(i)\n D(i) = A(i) * B(i) }"
+GATHER = "def g(float(E, D) T, int32(B) I) -> (O) { O(b, d) = T(I(b), d) }"
+TEMP = "def t(float(N) A) -> (O) {\n  T(i) = A(i) * 2\n  O(i) = T(N - 1 - i) + 1\n}"
+
+
+def _pair(n, seed=0):
+    r = np.random.default_rng(seed)
+    return r.standard_normal(n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 31, 4099])
+def test_repeated_calls_take_the_fast_path_and_agree(n):
+    k = tl.compile(ADD)
+    a, b = _pair(n)
+    first = k(a, b)
+    assert len(k._fast) == 1
+    for seed in range(3):
+        a, b = _pair(n, seed)
+        c, d = k(a, b)
+        np.testing.assert_array_equal(c, a + b)
+        np.testing.assert_array_equal(d, a * b)
+        assert c is not first[0] and not np.shares_memory(c, d)  # fresh outputs every call
+    assert k.compile_count == 1
+
+
+def test_read_only_inputs():
+    k = tl.compile(ADD)
+    a, b = _pair(9)
+    a.flags.writeable = False
+    for _ in range(3):
+        np.testing.assert_array_equal(k(a, b)[0], a + b)
+    assert k._fast
+
+
+def test_temporaries_in_shared_storage_keep_the_full_path():
+    k = tl.compile(TEMP)
+    a = np.arange(9, dtype=np.float32)
+    for _ in range(2):
+        np.testing.assert_array_equal(k(a), a[::-1] * 2 + 1)
+    assert not k._fast
+
+
+@pytest.mark.parametrize("variant", ["out", "keyword", "list", "strided"])
+def test_other_signatures_use_the_full_path(variant):
+    k = tl.compile(ADD)
+    a, b = _pair(5)
+    if variant == "out":
+        c, _ = k(a, b, out=(np.empty_like(a), None))
+    elif variant == "keyword":
+        c, _ = k(a, b, N=5)
+    elif variant == "list":
+        c, _ = k([float(x) for x in a], b)
+    else:
+        strided = np.zeros(10, np.float32)[::2]
+        strided[:] = a
+        c, _ = k(strided, b)
+    np.testing.assert_array_equal(c, a + b)
+    assert not k._fast
+
+
+def test_checks_still_apply_on_a_fast_signature():
+    k = tl.compile(ADD)
+    a, b = _pair(6)
+    k(a, b)
+    with pytest.raises(tl.ArgumentError, match="expected type float32"):
+        k(a.astype(np.float64), b)
+    with pytest.raises(tl.ArgumentError, match="mismatched sizes for N"):
+        k(a, b[:5])
+    strided = np.zeros(12, np.float32)[::2]
+    strided[:] = a
+    np.testing.assert_array_equal(k(strided, b)[0], a + b)  # copied, by the full path
+
+
+def test_run_time_errors_from_the_fast_path_are_located():
+    k = tl.compile(GATHER)
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    k(table, np.array([3, 0], np.int32))
+    assert k._fast
+    with pytest.raises(
+        tl.ArgumentError, match=r"index 4 out of range for dimension 0 of T in T\(I\(b\), d\)"
+    ):
+        k(table, np.array([1, 4], np.int32))
+
+
+def test_uninitialised_outputs_warn_on_every_call():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TensorLangWarning)
+        k = tl.compile("def f(float(N, K) A) -> (O) { O(n) += A(n, k) }")
+    a = np.ones((3, 4), np.float32)
+    for _ in range(2):
+        with pytest.warns(TensorLangWarning, match="accumulated without initialisation"):
+            np.testing.assert_array_equal(k(a), np.full(3, 4, np.float32))
+    assert not k._fast
+
+
+def test_evicted_specialisations_leave_the_fast_path():
+    k = tl.compile(ADD, options=tl.Options(max_specializations=1))
+    for n in (3, 4, 3, 5):
+        a, b = _pair(n)
+        np.testing.assert_array_equal(k(a, b)[0], a + b)
+        assert len(k._fast) <= 1 and all(f.spec in k._cache.values() for f in k._fast.values())
+
+
+def test_large_work_keeps_the_threaded_path():
+    k = tl.compile(ADD, options=tl.Options(threads=2))
+    a, b = _pair(1 << 20)
+    np.testing.assert_array_equal(k(a, b)[0], a + b)
+    assert not k._fast  # split over threads and watched for Ctrl-C: the full path
+
+
+def test_concurrent_fast_calls():
+    k = tl.compile(ADD)
+    a, b = _pair(257)
+    k(a, b)
+    failures = []
+
+    def worker(seed):
+        x, y = _pair(257, seed)
+        for _ in range(200):
+            c, d = k(x, y)
+            if not (np.array_equal(c, x + y) and np.array_equal(d, x * y)):
+                failures.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
