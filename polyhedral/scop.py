@@ -220,12 +220,15 @@ def _poly_statement(
     name = f"{'I' if kind == 'init' else 'S'}{pos}"
     domain = _domain(params, name, ranges)
     conv = ExprConverter(params, domain.get_space(), tuple(r.var for r in ranges))
-    lhs = tuple(conv.pwaff(ir.IndexRef(name=v)) for v in st.indices)
+    # a scatter's data-dependent subscript (None) writes "any element" of its dimension: a sound
+    # over-approximation for dependences, checked at run time (a dynamic bounds check)
+    lhs = tuple(conv.pwaff(e) for e in st.lhs)
     accesses = [Access(st.tensor, True, access_relation(conv, domain, st.tensor, lhs), lhs, domain, None)]
     if kind is StatementKind.BODY:
         if st.op != "=":  # a reduction reads its own LHS element
             accesses.append(Access(st.tensor, False, accesses[0].relation, lhs, domain, None))
-        for read, guard in guarded_reads(st.rhs, conv, domain):
+        roots = (*(st.subscripts or ()), st.rhs)  # a scatter reads its index tensors first
+        for read, guard in (x for root in roots for x in guarded_reads(root, conv, domain)):
             subs = tuple(conv.pwaff(i) for i in read.indices)
             rel = access_relation(conv, domain, read.tensor, subs)
             accesses.append(Access(read.tensor, False, rel, subs, guard, read))
@@ -261,22 +264,29 @@ def _bounds_check(params: ParamSpace, program: ir.Program, s: PolyStatement, a: 
 
 def compute_dependences(statements: tuple[PolyStatement, ...], params: ParamSpace) -> Dependences:
     empty = isl.UnionMap.empty(params.param_space())
-    writes, reads = empty, empty
+    writes, may_writes, reads = empty, empty, empty
     for s in statements:
         for a in s.accesses:
             um = isl.UnionMap.from_map(a.relation)
-            if a.is_write:
+            if a.is_write and a.exact:
                 writes = writes.union(um)
+            elif a.is_write:  # a scatter's over-approximated write kills nothing
+                may_writes = may_writes.union(um)
             else:
                 reads = reads.union(um)
     order = original_order(statements, params)
-    raw = isl.UnionAccessInfo.from_sink(reads).set_must_source(writes).set_schedule_map(order).compute_flow()
-    waw = isl.UnionAccessInfo.from_sink(writes).set_must_source(writes).set_schedule_map(order).compute_flow()
-    war = isl.UnionAccessInfo.from_sink(writes).set_may_source(reads).set_schedule_map(order).compute_flow()
+
+    def flow(sink: isl.UnionMap, must: isl.UnionMap, may: isl.UnionMap) -> isl.UnionFlow:
+        info = isl.UnionAccessInfo.from_sink(sink).set_must_source(must)
+        return info.set_may_source(may).set_schedule_map(order).compute_flow()
+
+    raw = flow(reads, writes, may_writes)
+    waw = flow(writes.union(may_writes), writes, may_writes)
+    war = flow(writes.union(may_writes), empty, reads)
     return Dependences(
         raw.get_must_dependence().union(raw.get_may_dependence()).coalesce(),
         war.get_may_dependence().coalesce(),
-        waw.get_must_dependence().coalesce(),
+        waw.get_must_dependence().union(waw.get_may_dependence()).coalesce(),
     )
 
 
@@ -287,8 +297,10 @@ def check_written_before_read(
     (in textual order) wrote would read garbage: a SemanticError at the read, with sizes for which
     it happens. A temporary's extent is the hull of what its statements write, so this catches a
     hole in the hull, and a recurrence that reads a value its statements only write later (two
-    statements each looping over all of t). Reads under a non-affine condition are not checked."""
-    temporaries = {t.name: t for t in program.temporaries}
+    statements each looping over all of t). Reads under a non-affine condition are not checked,
+    nor a temporary that a reduction without `!` accumulates onto (it starts from zeros)."""
+    zeroed = {st.tensor for st in program.statements if st.uninitialized}  # `+=` starts from zeros
+    temporaries = {t.name: t for t in program.temporaries if t.name not in zeroed}
     sinks = [
         (a, a.relation.intersect_domain(a.guard))
         for s in statements
