@@ -6,7 +6,8 @@ kernel called in a loop repeats the same signature — the same input types, dty
 and shapes — so its first successful call leaves a FastCall keyed by the input shapes: the
 specialisation, where each input and allocated array goes in the pointer array, and what to
 allocate. A call matching it (NumPy arrays of exactly the declared dtypes, C-contiguous, these
-shapes; no `out=`, no keyword sizes) then allocates its outputs, fills the pointer array and
+shapes; `out=` arrays that can be written directly; no keyword sizes) then allocates the other
+outputs, fills the pointer array and
 runs the phases inline (parallel.run_inline). Only kernels whose every phase runs on the calling
 thread anyway, with no scratch memory, relayout or shared storage, and no output accumulated
 without initialisation (that warns on every call) get one: the behaviour is the full path's.
@@ -42,23 +43,70 @@ class FastCall:
     buffer_count: int
     input_slots: tuple[int, ...]  # each input's index in the pointer array
     allocations: tuple[tuple[int, tuple[int, ...], np.dtype], ...]  # (slot, shape, dtype), outputs first
-    output_count: int
+    outputs: tuple[str, ...]  # the outputs' names, in the def's order
 
-    def run(self, inputs: Sequence[np.ndarray]) -> tuple[int, np.ndarray, object]:
-        """Run the kernel: (status code, error details, the result as __call__ returns it)."""
+    def run(self, inputs: Sequence[np.ndarray], out: object) -> tuple[int, np.ndarray, object] | None:
+        """Run the kernel into `out` (as `out=` takes it), allocating the other outputs:
+        (status code, error details, the result as __call__ returns it). None, having run
+        nothing, when `out` needs the full path: an array that is not a C-contiguous, writable
+        NumPy array of the output's dtype and shape, or one whose memory may overlap an input's
+        or another output's (the full path checks exactly, and reports)."""
+        given = self._out_arrays(out)
+        if given is None:
+            return None
         addresses = [0] * self.buffer_count
+        spans = []
         for slot, array in zip(self.input_slots, inputs):
-            addresses[slot] = address(array)
+            start = addresses[slot] = address(array)
+            spans.append((start, start + array.nbytes))
         made = []
-        for slot, shape, dtype in self.allocations:
-            array = np.empty(shape, dtype)
-            addresses[slot] = address(array)
+        for (slot, shape, dtype), array in zip(self.allocations, given):
+            if array is None:
+                array = np.empty(shape, dtype)
+                start = address(array)
+            else:  # a caller's array: memory bounds against every input and earlier output
+                start = address(array)
+                stop = start + array.nbytes
+                if any(start < other_stop and other_start < stop for other_start, other_stop in spans):
+                    return None
+                spans.append((start, stop))
+            addresses[slot] = start
             made.append(array)
         pointers = (ctypes.c_void_p * self.buffer_count)(*addresses)
         spec = self.spec
         code, error = run_inline(spec.code.entry, ctypes.addressof(pointers), spec.params_address, spec.plans)
-        result = made[0] if self.output_count == 1 else tuple(made[: self.output_count])
+        result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])
         return code, error, result
+
+    def _out_arrays(self, out: object) -> list | None:
+        """One array or None per allocation (outputs, then temporaries), or None when `out`
+        holds something the fast path does not take."""
+        count = len(self.outputs)
+        extra = [None] * (len(self.allocations) - count)
+        if out is None:
+            return [None] * count + extra
+        if isinstance(out, np.ndarray):
+            arrays = [out]
+        elif isinstance(out, dict):
+            if not out.keys() <= set(self.outputs):
+                return None
+            arrays = [out.get(name) for name in self.outputs]
+        elif isinstance(out, list | tuple):
+            arrays = list(out)
+        else:
+            return None
+        if len(arrays) != count:
+            return None
+        for array, (_, shape, dtype) in zip(arrays, self.allocations):
+            if array is not None and (
+                type(array) is not np.ndarray
+                or array.dtype != dtype
+                or array.shape != shape
+                or not array.flags.c_contiguous
+                or not array.flags.writeable
+            ):
+                return None
+        return arrays + extra
 
 
 def fast_call(
@@ -80,4 +128,11 @@ def fast_call(
         return None
     slot = {name: i for i, name in enumerate(spec.buffers)}
     allocations = tuple((slot[name], shape, dtype) for name, shape, dtype in (*outputs, *temporaries))
-    return FastCall(spec, sizes, len(spec.buffers), tuple(slot[n] for n in inputs), allocations, len(outputs))
+    return FastCall(
+        spec,
+        sizes,
+        len(spec.buffers),
+        tuple(slot[n] for n in inputs),
+        allocations,
+        tuple(n for n, _, _ in outputs),
+    )

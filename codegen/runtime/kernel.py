@@ -178,16 +178,16 @@ class Kernel:
     def __call__(self, *inputs: object, out: object = None, **keyword_sizes: int):
         """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
-        if out is None and not keyword_sizes:  # a signature that passed every check before: few steps
-            fast = self._fast.get(self._fast_key(inputs))
-            if fast is not None:
-                with self._cache_lock:  # a call keeps its machine code the most recently used
-                    if fast.sizes in self._cache:
-                        self._cache.move_to_end(fast.sizes)
-                code, error, result = fast.run(inputs)
-                if code != 0:
-                    raise self._runtime_error(int(code), error)
-                return result
+        fast = None if keyword_sizes else self._fast.get(self._fast_key(inputs))
+        ran = fast.run(inputs, out) if fast is not None else None
+        if ran is not None:  # a signature that passed every check before: few steps
+            with self._cache_lock:  # a call keeps its machine code the most recently used
+                if fast.sizes in self._cache:
+                    self._cache.move_to_end(fast.sizes)
+            code, error, result = ran
+            if code != 0:
+                raise self._runtime_error(int(code), error)
+            return result
         program = self.interface
         if len(inputs) != len(program.inputs):
             names = ", ".join(t.name for t in program.inputs)
@@ -236,7 +236,7 @@ class Kernel:
             else storage[t.name]
             for t in program.outputs
         )
-        if out is None and not keyword_sizes and all(a is v for a, v in zip(arrays, inputs)):
+        if not keyword_sizes and all(a is v for a, v in zip(arrays, inputs)):
             self._remember_fast(inputs, spec, sizes, shapes)
         return results[0] if len(results) == 1 else results
 
