@@ -15,6 +15,7 @@ Only this module (and so only `import tensorlang.torch`) imports torch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import keyword
 import threading
@@ -180,15 +181,25 @@ def _backward(source: str, kernel: Kernel, qualname: str, options: Options | Non
         raise TensorLangError(
             f"internal error: {grad_kernel.name}'s signature does not match {kernel.name}'s"
         )
-    read_names = {
-        node.tensor
-        for st in grad_kernel.program.statements
-        for node in ir.walk(st.rhs)
-        if isinstance(node, ir.Read)
-    }
+    read_names: set[str] = set()
+    for st in grad_kernel.program.statements:
+        _reads(st, read_names)
     read = {i for i, t in enumerate(g.inputs[: len(interface.inputs)]) if t.name in read_names}
     grad_op = _register(f"{qualname}_grad", grad_kernel)
     return _Backward(kernel, grad_op, float_inputs, float_outputs, read)
+
+
+def _reads(value: object, found: set[str]) -> None:
+    """The tensors read anywhere in a statement: its right-hand side, and the index expressions
+    of a scatter's left-hand side (`dX(Idx(j)) +=! ...` reads Idx) or of anything else it holds."""
+    if isinstance(value, ir.Read):
+        found.add(value.tensor)
+    if isinstance(value, tuple | list):
+        for item in value:
+            _reads(item, found)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            _reads(getattr(value, f.name), found)
 
 
 class _Unavailable(_Backward):
