@@ -154,3 +154,17 @@ def test_single_thread_experiments_refuse_other_thread_counts(script):
         timeout=120,
     )
     assert proc.returncode == 2 and "--threads" in proc.stderr
+
+
+def test_torch_backward_quick(tmp_path):
+    """Derived backward kernels (tensorlang.torch) against PyTorch's backward: checked and timed."""
+    pytest.importorskip("torch")
+    proc = _run_quick(PAPERS / "2026-11-torch-backward" / "run.py", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["mode"] == "quick" and results["question"]
+    assert {row["kernel"] for row in results["rows"]} == {"matmul", "conv2d", "softmax"}
+    for row in results["rows"]:
+        assert row["status"]["tensorlang_backward"] == "ok", row["kernel"]
+        assert row["median_s"]["torch_backward"] > 0 and row["median_s"]["tensorlang_backward"] > 0
+    assert "Unset OPENBLAS_CORETYPE=Haswell" in proc.stdout
+    assert (tmp_path / "results.md").read_text().startswith("# ")
