@@ -54,6 +54,8 @@ def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
     rhs = st.rhs
     if st.op != "+" or not isinstance(rhs, ir.Binary) or rhs.op != "*" or not rhs.dtype.is_float:
         return None
+    if st.is_scatter:
+        return None  # a data-dependent left-hand side is no GEMM
     if rhs.dtype.bits not in (32, 64):
         return None
     reads = (rhs.lhs, rhs.rhs)

@@ -65,7 +65,7 @@ def _access_score(scop: Scop, statement: str, var: str) -> int:
     """Pluto's spatial/temporal score of running `var` innermost for one statement."""
     stmt = scop.statement(statement)
     st = stmt.statement
-    subscript_lists: list[tuple[ir.Expr, ...]] = [tuple(ir.IndexRef(name=v) for v in st.indices)]
+    subscript_lists: list[tuple[ir.Expr, ...]] = [st.lhs]
     if stmt.kind is StatementKind.BODY:
         subscript_lists += [a.read.indices for a in stmt.reads if a.read is not None]
     score = 0
@@ -131,7 +131,7 @@ def _strided_accesses(scop: Scop, node: isl.ScheduleNode, member: int) -> int:
     for statement, var in member_vars(scop, node)[member].items():
         stmt = scop.statement(statement)
         st = stmt.statement
-        lists = [tuple(ir.IndexRef(name=v) for v in st.indices)]
+        lists = [st.lhs]
         if stmt.kind is StatementKind.BODY:
             lists += [a.read.indices for a in stmt.reads if a.read is not None]
         for subscripts in lists:

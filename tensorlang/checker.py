@@ -115,12 +115,26 @@ class _DefChecker:
                 if isinstance(dim, syntax.Ident) and dim.name in tensors:
                     raise SemanticError(f"{dim.name} is used both as a size and as a tensor name", dim.span)
                 if isinstance(dim, syntax.Ident) and dim.name not in self.sizes:
+                    if param in self.definition.returns and self.scattered_dim(param.name.name, dim):
+                        # the extent a scatter writes into: given at the call (`k(I, V, E=10)`)
+                        self.sizes[dim.name] = ir.SizeParam(dim.name, None, None)
+                        continue
                     raise SemanticError(
                         f"size {dim.name} of output {param.name} is not the size of any input dimension",
                         dim.span,
                     )
                 if isinstance(dim, syntax.Number):
                     self.constant_dim(dim)
+
+    def scattered_dim(self, output: str, dim: syntax.Ident) -> bool:
+        """Whether some statement writes `output` with a data-dependent subscript in the dimension
+        that the output's type annotation sizes with `dim`."""
+        param = self.outputs[output]
+        d = next(k for k, x in enumerate(param.type.dims) if x is dim)
+        return any(
+            st.tensor.name == output and len(st.indices) > d and not isinstance(st.indices[d], syntax.Ident)
+            for st in self.definition.statements
+        )
 
     def check_annotated_shape(self, param: syntax.Param, tensor: ir.Tensor) -> None:
         if param.type is None or param.type.dims is None:
@@ -173,6 +187,8 @@ class _DefChecker:
         name = st.tensor.name
         lhs: dict[str, Span | None] = {}
         for index in st.indices:
+            if not isinstance(index, syntax.Ident):
+                continue  # a scatter's data-dependent subscript, checked with the right-hand side
             what = self.taken(index.name)
             if index.name in lhs or what:
                 raise SemanticError(
@@ -202,6 +218,7 @@ class _DefChecker:
         checker = ExpressionChecker(scope)
         rhs = checker.check(st.rhs)
         exists = [checker.check(c.expr) for c in st.wheres if isinstance(c, syntax.WhereExists)]
+        scattered = self.check_scatter_subscripts(st, checker)
         scope.introduce = False  # a name used only in an unused let is a typo, not a reduction index
         for var in lets.keys() - scope.used_lets():
             scope.let_value(var, checker.check, lets[var].var.span)
@@ -214,12 +231,47 @@ class _DefChecker:
             )
         rhs = self.convert_to_target(st, rhs)
         where = self.where_ranges(st, scope)
-        inference = self.infer_ranges(st, scope, lhs, where, [rhs, *exists])
+        write = None
+        if scattered:
+            write = tuple(
+                scattered[d] if d in scattered else ir.IndexRef(name=index.name)
+                for d, index in enumerate(st.indices)
+            )
+        inference = self.infer_ranges(st, scope, lhs, where, [rhs, *exists, *scattered.values()], write)
         for narrowing in inference.narrowings:
             self.warn(lint.narrowing(narrowing, name))
-        for finding in lint.separate_reductions([rhs, *exists], tuple(lhs), tuple(scope.reduction_indices)):
+        # the indices a scatter's subscripts use pick the element written: like left-hand-side ones
+        picked = {n.name for e in scattered.values() for n in ir.walk(e) if isinstance(n, ir.IndexRef)}
+        reduced = tuple(r for r in scope.reduction_indices if r not in picked)
+        for finding in lint.separate_reductions([rhs, *exists], (*lhs, *sorted(picked)), reduced):
             self.warn(finding)
-        return self.lower(st, rhs, scope, lhs, where, inference.ranges)
+        return self.lower(st, rhs, scope, lhs, where, inference.ranges, write)
+
+    def check_scatter_subscripts(
+        self, st: syntax.Statement, checker: ExpressionChecker
+    ) -> dict[int, ir.Expr]:
+        """A scatter's data-dependent left-hand subscripts (dimension → integral expression that
+        reads a tensor), checked in the statement's scope; {} for an ordinary statement."""
+        out: dict[int, ir.Expr] = {}
+        for d, sub in enumerate(st.indices):
+            if isinstance(sub, syntax.Ident):
+                continue
+            index = checker.subscript(sub)
+            if not any(isinstance(e, ir.Read) for e in ir.walk(index)):
+                raise SemanticError(
+                    f"a left-hand-side subscript must be an index variable, or read a tensor (a scatter, "
+                    f"e.g. {st.tensor.name}(idx(b)) += V(b)); compute {sub} on the right-hand side instead",
+                    sub.span,
+                )
+            if st.op == "=":
+                raise SemanticError(
+                    f"`=` cannot write through a data-dependent subscript ({sub}): when indices repeat, "
+                    f"which value is kept is undefined. Use a reduction: `+=!` sums the contributions "
+                    f"(a scatter-add; `+=` accumulates onto the existing values), or `max=!`/`min=!`",
+                    sub.span,
+                )
+            out[d] = index
+        return out
 
     def convert_to_target(self, st: syntax.Statement, rhs: ir.Expr) -> ir.Expr:
         name = st.tensor.name
@@ -271,7 +323,7 @@ class _DefChecker:
     def shape_of(self, tensor: str) -> tuple[sympy.Expr, ...]:
         return (self.inputs.get(tensor) or self.written[tensor]).shape
 
-    def infer_ranges(self, st, scope, lhs, where, expressions) -> ranges.Inference:
+    def infer_ranges(self, st, scope, lhs, where, expressions, write=None) -> ranges.Inference:
         variables = set(lhs) | set(scope.reduction_indices)
         constraints = []
         for expr in expressions:
@@ -284,7 +336,7 @@ class _DefChecker:
         name = st.tensor.name
         if name in self.written:
             # A later statement on a tensor stays inside the shape its first statement defined.
-            write = tuple(ir.IndexRef(name=i) for i in lhs)
+            write = write or tuple(ir.IndexRef(name=i) for i in lhs)
             constraints += ranges.access_constraints(name, write, self.shape_of(name), variables)
         return ranges.infer(
             tensor=name,
@@ -295,7 +347,7 @@ class _DefChecker:
             statement_span=st.tensor.span,
         )
 
-    def lower(self, st, rhs, scope, lhs, where, solved) -> ir.Statement:
+    def lower(self, st, rhs, scope, lhs, where, solved, write=None) -> ir.Statement:
         name = st.tensor.name
         where_spans = {c.var.name: c.span for c in st.wheres if isinstance(c, syntax.WhereRange)}
         first = name not in self.written
@@ -307,17 +359,21 @@ class _DefChecker:
                     self.requirements.append(requirement)
         for var, span in spans.items():
             ranges.check_nonempty(var, *solved[var], where_spans.get(var, span))
+        dims = [(d, index.name) for d, index in enumerate(st.indices) if isinstance(index, syntax.Ident)]
         if first:
             role = "output" if name in self.outputs else "temporary"
             span = self.outputs[name].name.span if name in self.outputs else st.tensor.span
-            shape = tuple(solved[var][1] for var in lhs)
+            shape = tuple(
+                solved[index.name][1] if isinstance(index, syntax.Ident) else self.scatter_extent(st, d)
+                for d, index in enumerate(st.indices)
+            )
             self.written[name] = ir.Tensor(name, rhs.dtype, shape, role, span=span)
         else:
             # An output keeps the shape its first statement gave it; a temporary's extent is the
             # union (hull) of what its statements write: a `where` range may extend it upward.
             tensor = self.written[name]
             shape = list(tensor.shape)
-            for d, var in enumerate(lhs):
+            for d, var in dims:
                 if var in where and tensor.role == "temporary":
                     shape[d] = ranges.hull(name, var, *solved[var], shape[d], spans[var])
                 elif var in where:
@@ -329,6 +385,8 @@ class _DefChecker:
         uninitialized = op != "=" and not bang and first
         if uninitialized:
             self.warn_uninitialized(st)
+        if write is not None and bang and first:
+            self.statements.append(self.scatter_init(st, op, self.written[name]))
         return ir.Statement(
             tensor=name,
             indices=tuple(lhs),
@@ -337,8 +395,49 @@ class _DefChecker:
             rhs=rhs,
             reduction_indices=tuple(scope.reduction_indices),
             ranges=tuple(ir.IndexRange(v, *solved[v], span=spans[v]) for v in spans),
-            initializes=bang and first,
+            initializes=bang and first and write is None,
             uninitialized=uninitialized,
+            span=st.span,
+            subscripts=write,
+        )
+
+    def scatter_extent(self, st: syntax.Statement, d: int) -> sympy.Expr:
+        """The extent of dimension d of a tensor a scatter writes first: from its declaration."""
+        name = st.tensor.name
+        declared = self.outputs.get(name)
+        if declared is not None and declared.type is not None and declared.type.dims is not None:
+            dim = declared.type.dims[d]
+            return self.constant_dim(dim) if isinstance(dim, syntax.Number) else ir.size_symbol(dim.name)
+        raise SemanticError(
+            f"the extent of dimension {d} of {name} cannot come from a data-dependent subscript "
+            f"({st.indices[d]}); declare it: return {name} with a type, e.g. "
+            f"`-> (float({', '.join('E' if k == d else '...' for k in range(len(st.indices)))}) {name})`, "
+            f"or write {name} with an ordinary statement first",
+            st.indices[d].span,
+        )
+
+    def scatter_init(self, st: syntax.Statement, op: str, tensor: ir.Tensor) -> ir.Statement:
+        """`T(i0, i1, ...) = identity of op` over the whole of T, before a scatter `T(idx(b)) op=! ...`:
+        the scatter's left-hand side is data-dependent, so its `!` covers every element."""
+        taken = set(self.sizes) | set(self.inputs) | set(self.outputs) | set(self.written)
+        names = []
+        for d in range(tensor.rank):
+            var = f"i{d}"
+            while var in taken:
+                var = "_" + var
+            names.append(var)
+        identity = ir.Const(value=_identity(op, tensor.dtype), dtype=tensor.dtype)
+        return ir.Statement(
+            tensor=tensor.name,
+            indices=tuple(names),
+            op="=",
+            bang=False,
+            rhs=identity,
+            reduction_indices=(),
+            ranges=tuple(
+                ir.IndexRange(v, sympy.Integer(0), extent, span=st.tensor.span)
+                for v, extent in zip(names, tensor.shape)
+            ),
             span=st.span,
         )
 
@@ -357,6 +456,24 @@ class _DefChecker:
         text = located_warning_text(finding.message, span) if span is not None else finding.message
         self.warnings.append(text)
         warnings.warn(text, TensorLangWarning, stacklevel=5)
+
+
+def _identity(op: str, dtype: ScalarType) -> int | float | bool:
+    """The neutral element of a reduction (as codegen's values.identity)."""
+    if op == "+":
+        return False if dtype.is_bool else 0.0 if dtype.is_float else 0
+    if op == "*":
+        return True if dtype.is_bool else 1.0 if dtype.is_float else 1
+    if dtype.is_bool:
+        return op == "min"
+    if dtype.is_float:
+        return float("inf") if op == "min" else float("-inf")
+    lo, hi = (
+        (-(1 << (dtype.bits - 1)), (1 << (dtype.bits - 1)) - 1)
+        if dtype.is_signed
+        else (0, (1 << dtype.bits) - 1)
+    )
+    return hi if op == "min" else lo
 
 
 # ---------------------------------------------------------------- where-range bounds

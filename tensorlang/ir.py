@@ -319,6 +319,11 @@ class Statement:
     For op "=" the RHS is evaluated once per LHS point (there are no reduction indices);
     otherwise tensor(indices) = tensor(indices) op rhs for every point of LHS × reduction ranges,
     in an unspecified order of the reduction indices.
+    subscripts: a scatter (a reduction whose left-hand side reads a tensor, `O(idx(b), e) += ...`)
+        gives here the written element's subscripts, one per dimension of the target; `indices`
+        are then only the bare index variables among them (in order), and the indices that only
+        data-dependent subscripts use are reduction indices. None for every other statement.
+        A scatter never initializes: the checker emits `+=!`'s identity as an `=` statement before.
     """
 
     tensor: str
@@ -331,10 +336,22 @@ class Statement:
     initializes: bool = False
     uninitialized: bool = False
     span: Span | None = field(default=None, compare=False, repr=False)
+    subscripts: tuple[Expr, ...] | None = None
 
     @property
     def all_indices(self) -> tuple[str, ...]:
         return self.indices + self.reduction_indices
+
+    @property
+    def is_scatter(self) -> bool:
+        return self.subscripts is not None
+
+    @property
+    def lhs(self) -> tuple[Expr, ...]:
+        """The written element's subscripts, one per dimension of the target."""
+        if self.subscripts is not None:
+            return self.subscripts
+        return tuple(IndexRef(name=v) for v in self.indices)
 
     def range_of(self, var: str) -> IndexRange:
         for r in self.ranges:
@@ -343,7 +360,7 @@ class Statement:
         raise KeyError(var)
 
     def __str__(self) -> str:
-        lhs = f"{self.tensor}({', '.join(self.indices)})" if self.indices else self.tensor
+        lhs = f"{self.tensor}({', '.join(map(str, self.lhs))})" if self.lhs else self.tensor
         op = "=" if self.op == "=" else f"{self.op}={'!' if self.bang else ''}"
         where = ", ".join(str(r) for r in self.ranges)
         flags = " [init]" if self.initializes else " [uninitialized]" if self.uninitialized else ""
@@ -433,14 +450,15 @@ class Program:
         for st in self.statements:
             target = self.tensor(st.tensor)
             assert target.role != "input", f"statement writes input {st.tensor}"
-            assert len(st.indices) == target.rank, st
+            assert len(st.lhs) == target.rank, st
+            assert not st.is_scatter or (st.op != "=" and not st.initializes), st
             assert [r.var for r in st.ranges] == list(st.all_indices), st
             assert st.op == "=" or st.op in REDUCTION_OPS, st
             assert not (st.op == "=" and st.reduction_indices), st
             assert not (st.initializes and st.uninitialized), st
             assert not ((st.initializes or st.uninitialized) and st.tensor in written), st
             variables = set(st.all_indices)
-            for e in walk(st.rhs):
+            for e in (x for root in (st.rhs, *(st.subscripts or ())) for x in walk(root)):
                 match e:
                     case IndexRef(name=n):
                         assert n in variables, (st, n)

@@ -162,9 +162,9 @@ class _Parser:
 
     def statement(self) -> Statement:
         tensor = self.ident()
-        indices: list[Ident] = []
+        indices: list[Ident | Expression] = []
         if self.next_if("("):
-            indices = self.comma_list(self.ident, ")")
+            indices = self.comma_list(self.lhs_subscript, ")")
         if self.cur.kind not in ASSIGN_OPS:
             raise self.error(f"expected a valid assignment operator but found '{self.cur.describe()}'")
         op = self.advance().kind
@@ -189,6 +189,17 @@ class _Parser:
             wheres=tuple(wheres),
             span=self.span_from(tensor.span),
         )
+
+    def lhs_subscript(self) -> Ident | Expression:
+        """An index variable, or an expression (a scatter's data-dependent subscript, `idx(b)`;
+        the checker says which expressions a left-hand side may hold). It starts with a name: for
+        anything else (`B(0)`) TC's "expected ident" stands."""
+        if self.cur.kind != "ident":
+            return self.ident()
+        expr = self.expression()
+        if isinstance(expr, Name):
+            return Ident(name=expr.name, span=expr.span)
+        return expr
 
     def where_clause(self) -> WhereClause:
         start = self.cur.span

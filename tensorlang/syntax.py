@@ -198,10 +198,14 @@ WhereClause = WhereRange | WhereLet | WhereExists
 
 @dataclass(frozen=True, kw_only=True)
 class Statement:
-    """`tensor(indices) op rhs [<=> equivalent] [where ...]`; span covers the whole statement."""
+    """`tensor(indices) op rhs [<=> equivalent] [where ...]`; span covers the whole statement.
+
+    An entry of `indices` is an index variable (Ident) or, in a scatter such as
+    `O(idx(b), e) +=! V(b, e)`, an expression that reads a tensor (a data-dependent subscript).
+    """
 
     tensor: Ident
-    indices: tuple[Ident, ...]
+    indices: tuple[Ident | Expression, ...]
     op: str
     rhs: Expression
     equivalent: Apply | None = None

@@ -39,8 +39,7 @@ class StatementLowering(LoweringState):
         if stmt.name in self.plans:
             self.emit_gemm(self.plans[stmt.name], target.dtype)
             return
-        lhs = tuple(ir.IndexRef(name=v) for v in st.indices)
-        ptr = self.address(st.tensor, lhs, None)
+        ptr = self.address(st.tensor, st.lhs, None)  # a scatter's subscripts are checked here
         if stmt.kind == "init":
             V.store_element(self.b, V.identity(st.op, target.dtype), ptr, target.dtype)
             return

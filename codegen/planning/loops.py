@@ -51,7 +51,7 @@ def statement_text(
         names = {**index_names, plan.m: plan.m, plan.n: plan.n, plan.k: plan.k}
         c = plan.c.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
         return f"gemm({dims}): {c} += {_expr(st.rhs, names)};"
-    lhs = st.tensor + "".join(f"[{index_names.get(v, v)}]" for v in st.indices)
+    lhs = st.tensor + "".join(f"[{_expr(x, index_names)}]" for x in st.lhs)
     if stmt.kind is StatementKind.INIT:
         return f"{lhs} = {_IDENTITY[st.op]};"
     rhs = _expr(st.rhs, index_names)

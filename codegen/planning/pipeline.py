@@ -242,7 +242,7 @@ def _same_position(
             return False
         for leaf in writers:
             st = scop.statement(leaf.statement).statement
-            lhs = tuple(ir.IndexRef(name=v) for v in st.indices)
+            lhs = st.lhs
             got = _subscript_values(
                 dict(leaf.index_exprs), lhs, {**values, outer: step, a_iter: a_range[0] + j}
             )

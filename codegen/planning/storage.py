@@ -59,7 +59,7 @@ def _subscripts(scop: Scop, name: str, tensor: str) -> list[tuple[ir.Expr, ...]]
     st = stmt.statement
     found = []
     if st.tensor == tensor:
-        found.append(tuple(ir.IndexRef(name=v) for v in st.indices))
+        found.append(st.lhs)
     if stmt.kind is StatementKind.BODY:
         found += [e.indices for e in ir.walk(st.rhs) if isinstance(e, ir.Read) and e.tensor == tensor]
     return found

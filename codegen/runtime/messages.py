@@ -23,7 +23,12 @@ def runtime_error(name: str, scop: Scop, code: int, error: np.ndarray) -> Argume
         dim, value = int(error[2]), int(error[3])
         stmt = scop.statement(check.statement).statement
         where = statement_location(stmt)
-        access = source_text(check.read) if check.read is not None else f"{check.tensor} (write)"
+        if check.read is not None:
+            access = source_text(check.read)
+        elif stmt.is_scatter:  # a scatter's data-dependent left-hand side
+            access = f"the write {source_text(_write(stmt))}"
+        else:
+            access = f"{check.tensor} (write)"
         return ArgumentError(
             f"{name}: index {value} out of range for dimension {dim} of {check.tensor} "
             f"in {access}{where}; generated code never accesses out of bounds, so the call was stopped"
@@ -53,6 +58,12 @@ def check_preconditions(
                 f"{name}: with {sizes_text(sizes)}, {access} would access {check.tensor} "
                 f"out of bounds ({describe(check.tensor, sizes)}){statement_location(stmt)}"
             )
+
+
+def _write(stmt: ir.Statement) -> ir.Read:
+    from tensorlang.ir import Read
+
+    return Read(tensor=stmt.tensor, indices=stmt.lhs, dtype=stmt.rhs.dtype)
 
 
 def source_text(read: ir.Read) -> str:

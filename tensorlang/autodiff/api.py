@@ -38,7 +38,7 @@ def grad(
     wrt: the inputs to differentiate with respect to (a name, a comma-separated list or a sequence
     of names); by default every floating-point input. Raises a located SemanticError for a name that
     is not an input or is an integer or bool input, and for a construct whose gradient tensorlang
-    cannot express yet (a gather needs scatter-add).
+    cannot express yet. The adjoint of a gather `T(I(b), e)` is a scatter-add, `dT(I(b), e) +=! ...`.
     """
     src = Source(source, filename)
     module = parse(src)
@@ -50,6 +50,13 @@ def grad(
         program = check_def(definition, src)
     program.verify()
     chosen = _wrt(program, definition, wrt)
+    for st in program.statements:
+        if st.is_scatter:
+            raise SemanticError(
+                "tl.grad: the gradient through a scatter (a data-dependent left-hand side) is not "
+                "supported yet",
+                st.span,
+            )
 
     used = {t.name for t in program.tensors} | {s.name for s in program.sizes} | {definition.name.name}
     for st in program.statements:
@@ -129,7 +136,7 @@ def grad(
     tensors = set(shapes)
     forward_reads = [emit.syntax_reads(s, tensors) for s in forward]
     all_targets = [s.tensor.name for s in forward] + [g.tensor for g in generated]
-    all_reads = forward_reads + [{r.tensor for r in reads(g.rhs)} for g in generated]
+    all_reads = forward_reads + [{r.tensor for r in reads(g.rhs) + g.subscript_reads} for g in generated]
     live = _live(all_targets, all_reads, set(grad_names.values()))
     forward = [s for s, keep in zip(forward, live) if keep]
     backward = []

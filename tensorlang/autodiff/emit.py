@@ -157,13 +157,16 @@ def needed_wheres(g: Generated, rhs: ir.Expr, shapes: Shapes, written: bool) -> 
     intended = {v: (lo, hi) for v, lo, hi in g.ranges}
     variables = set(intended)
     constraints = []
-    for rd, guard in ranges.guarded_accesses(rhs, variables):
-        constraints += ranges.access_constraints(rd.tensor, rd.indices, shapes[rd.tensor], variables, guard)
+    subscripts = [i for i in g.indices if not isinstance(i, str)]  # a scatter's
+    for root in (rhs, *subscripts):
+        for rd, guard in ranges.guarded_accesses(root, variables):
+            constraints += ranges.access_constraints(
+                rd.tensor, rd.indices, shapes[rd.tensor], variables, guard
+            )
     if written:
-        write = tuple(ir.IndexRef(name=i) for i in g.indices)
-        constraints += ranges.access_constraints(g.tensor, write, shapes[g.tensor], variables)
-    lhs = tuple((v, None) for v in g.indices)
-    reduction = tuple((v, None) for v in intended if v not in g.indices)
+        constraints += ranges.access_constraints(g.tensor, g.write, shapes[g.tensor], variables)
+    lhs = tuple((v, None) for v in g.lhs_vars)
+    reduction = tuple((v, None) for v in intended if v not in g.lhs_vars)
 
     def works(where: list[str]) -> bool:
         try:
@@ -205,7 +208,7 @@ def to_statement(g: Generated, shapes: Shapes, sizes: set[str], written: bool) -
     )
     return syntax.Statement(
         tensor=syntax.Ident(name=g.tensor),
-        indices=tuple(syntax.Ident(name=i) for i in g.indices),
+        indices=tuple(syntax.Ident(name=i) if isinstance(i, str) else to_syntax(i) for i in g.indices),
         op=g.op,
         rhs=to_syntax(rhs),
         wheres=clauses,

@@ -54,13 +54,31 @@ class Generated:
     """A statement of the gradient program, before its where clauses are chosen.
 
     ranges: every index (left-hand side first) with its intended range.
+    indices: per dimension an index name, or (a scatter-add, the adjoint of a gather) an expression
+        that reads a tensor, such as `I(b)` in `dT(I(b), e) += dO(b, e)`.
     """
 
     tensor: str
-    indices: tuple[str, ...]
+    indices: tuple[str | ir.Expr, ...]
     op: str
     rhs: ir.Expr
     ranges: tuple[tuple[str, sympy.Expr, sympy.Expr], ...]
+
+    @property
+    def lhs_vars(self) -> tuple[str, ...]:
+        """The left-hand side's index variables (without a scatter's data-dependent subscripts)."""
+        return tuple(i for i in self.indices if isinstance(i, str))
+
+    @property
+    def write(self) -> tuple[ir.Expr, ...]:
+        return tuple(ir.IndexRef(name=i) if isinstance(i, str) else i for i in self.indices)
+
+    @property
+    def subscript_reads(self) -> list[ir.Read]:
+        """The reads of a scatter's left-hand side (the index tensors)."""
+        return [
+            n for i in self.indices if not isinstance(i, str) for n in ir.walk(i) if isinstance(n, ir.Read)
+        ]
 
 
 @dataclass
@@ -81,6 +99,7 @@ class Reverse:
         self.adjoint: dict[str, _Adjoint] = {}
         self.out: list[Generated] = []
         self.shapes: dict[str, tuple[sympy.Expr, ...]] = {}  # of every tensor this pass creates
+        self.declared: set[str] = set()  # the gradient program's outputs (returned with their shape)
 
     # ------------------------------------------------------------ adjoint tensors
 
@@ -91,6 +110,7 @@ class Reverse:
         """The adjoint of a wrt input is an output of the gradient program, with a given name."""
         self.adjoint[version.name] = _Adjoint(name, readonly=False)
         self.shapes[name] = version.shape
+        self.declared.add(name)
 
     def full_ranges(self, indices: tuple[str, ...], shape) -> tuple[tuple[str, sympy.Expr, sympy.Expr], ...]:
         return tuple((i, sympy.Integer(0), e) for i, e in zip(indices, shape))
@@ -162,14 +182,16 @@ class Reverse:
             try:
                 gather = invert(rd, ranges, lhs_vars, version.shape, self.sizes, self.names.index, narrow)
             except NotInvertible as why:
-                data = any(isinstance(n, ir.Read) for i in rd.indices for n in ir.walk(i))
+                if _scatter_form(rd, ranges):
+                    self.scatter_add(version, rd, total, ranges)
+                    continue
                 original = ir.Read(tensor=version.tensor, indices=rd.indices, dtype=rd.dtype, span=rd.span)
-                what = "the gather" if data else "the read"
                 span = read_span(original)
                 raise SemanticError(
-                    f"tl.grad: the gradient of {what} {span.text if span else original} needs scatter-add (a reduction onto a "
-                    f"data-dependent or non-invertible left-hand side), which tensorlang does not support "
-                    f"yet ({why}); leave {version.tensor} out of wrt",
+                    f"tl.grad: the gradient of the read {span.text if span else original} needs scatter-add onto "
+                    f"{version.tensor}({', '.join(map(str, rd.indices))}), which the language cannot write: a "
+                    f"scatter's left-hand subscript must be an index or read an integer tensor ({why}); "
+                    f"leave {version.tensor} out of wrt",
                     span,
                 ) from None
             value = substitute(total, gather.substitution)
@@ -186,6 +208,28 @@ class Reverse:
             lhs_ranges = tuple((i, *gather.ranges[i]) for i in gather.lhs)
             red_ranges = tuple((v, *ranges[v]) for v in reduction)
             self.contribute(version, gather.lhs, value, lhs_ranges + red_ranges, bool(reduction))
+
+    def scatter_add(self, version: Version, rd: ir.Read, value: ir.Expr, ranges: dict) -> None:
+        """The adjoint of a gather `T(I(b), e)` as a scatter-add over the forward statement's own
+        indices, `dT(I(b), e) +=! dO(b, e)`: duplicate indices sum their contributions."""
+        indices: list[str | ir.Expr] = [i.name if isinstance(i, ir.IndexRef) else i for i in rd.indices]
+        lhs_vars = [i for i in indices if isinstance(i, str)]
+        used = {n.name for e in (value, *rd.indices) for n in ir.walk(e) if isinstance(n, ir.IndexRef)}
+        for v in ranges:
+            if v not in used:  # an index nothing mentions sums equal terms: a factor
+                count = ir.Cast(
+                    operand=from_sympy(ranges[v][1] - ranges[v][0], self.sizes), dtype=value.dtype
+                )
+                value = mul(value, count)
+        order = lhs_vars + [v for v in ranges if v in used and v not in lhs_vars]
+        box = tuple((v, *ranges[v]) for v in order)
+        name, first = self.target(version)
+        if first and name not in self.declared:
+            # a temporary adjoint has no declared extent along the scattered dimension: zeros first
+            idx = tuple(self.names.index("i") for _ in version.shape)
+            zero = ir.Cast(operand=const(0.0), dtype=value.dtype) if value.dtype != FLOAT32 else const(0.0)
+            self.emit(name, idx, "=", zero, self.full_ranges(idx, version.shape))
+        self.emit(name, tuple(indices), "+=!" if first and name in self.declared else "+=", value, box)
 
     # ------------------------------------------------------------ the pass
 
@@ -431,3 +475,11 @@ def _guard(conds: tuple[ir.Expr, ...], value: ir.Expr) -> ir.Expr:
             dtype=value.dtype,
         )
     return select(cond, value, const(0.0, value.dtype))
+
+
+def _scatter_form(rd: ir.Read, ranges: dict) -> bool:
+    """Whether the adjoint of `rd` can be written as a scatter: each subscript a distinct index
+    of the statement, or an expression that reads a tensor (at least one does)."""
+    bare = [i.name for i in rd.indices if isinstance(i, ir.IndexRef) and i.name in ranges]
+    data = [i for i in rd.indices if any(isinstance(n, ir.Read) for n in ir.walk(i))]
+    return bool(data) and len(bare) + len(data) == len(rd.indices) and len(set(bare)) == len(bare)

@@ -99,12 +99,23 @@ def test_wrt_on_an_unknown_name_is_located():
     _located(info.value, MATMUL, "matmul")
 
 
-def test_gather_is_a_located_error_naming_the_read():
+def test_gather_gradient_is_a_scatter_add():
+    """The adjoint of a gather is a scatter-add over the forward's indices; dT's extent along the
+    scattered dimension is T's, from the gradient program's declared output (tests/test_scatter_add.py
+    checks it against finite differences)."""
     src = "def emb(float(V, E) T, int32(B) I) -> (O) {\n    O(b, e) = T(I(b), e)\n}"
-    with pytest.raises(tl.SemanticError, match=r"the gather T\(I\(b\), e\) needs scatter-add") as info:
+    text = tl.grad(src)
+    assert "-> (float(V, E) dT)" in text
+    assert "dT(I(b), e) +=! dO(b, e)" in text
+    _checks(text)
+
+
+def test_gather_with_a_shifted_index_is_a_located_error():
+    """`T(I(b), 2 * e)` would need the scatter `dT(I(b), 2 * e)`, which the language cannot write."""
+    src = "def f(float(V, E) T, int32(B) I) -> (O) {\n    O(b, e) = T(I(b), 2 * e)\n}"
+    with pytest.raises(tl.SemanticError, match="needs scatter-add") as info:
         tl.grad(src)
-    _located(info.value, src, "T(I(b), e)")
-    assert "not support yet" in str(info.value) or "does not support" in str(info.value)
+    _located(info.value, src, "T(I(b), 2 * e)")
 
 
 def test_gather_of_a_tensor_without_gradient_is_fine():
