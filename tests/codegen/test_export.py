@@ -265,3 +265,20 @@ def test_command_line_export(tmp_path, capsys):
     assert "Generic" in (out / "matmul.h").read_text()
     assert cli.main(["export", str(tmp_path / "mm.tc"), "--size", "M=8", "-o", str(out)]) == 1
     assert "K, N unknown" in capsys.readouterr().err
+
+
+def test_shared_library_linked_by_the_ziglang_wheel(tmp_path, monkeypatch):
+    """Where the system has no C compiler, the `[aot]` extra's zig links the .so."""
+    pytest.importorskip("ziglang")
+    from codegen.export import objects
+
+    monkeypatch.setattr(objects.shutil, "which", lambda name: None)
+    assert objects.linker_command()[1:] == ["-m", "ziglang", "cc"]
+    r = np.random.default_rng(5)
+    a, b = r.standard_normal((7, 5), dtype=np.float32), r.standard_normal((5, 3), dtype=np.float32)
+    result = export(MATMUL, sizes=dict(M=7, K=5, N=3), path=tmp_path)
+    assert result.shared is not None and result.shared.exists()
+    _, call, _ = load(result)
+    got = np.zeros((7, 3), np.float32)
+    assert call(a, b, got, sizes=(7, 5, 3)) == 0
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
