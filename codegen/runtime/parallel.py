@@ -46,6 +46,12 @@ WATCHED_WORK = 1 << 26
 # so that an interrupt is seen soon, against some microseconds per extra call
 CHUNK_WORK = 1 << 22
 POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal handlers
+# statement instances from which a split loop's threads take its iterations in DYNAMIC_PARTS
+# parts per thread from a shared list instead of one fixed range each: a thread that starts
+# late (its core busy, or woken onto the core of the thread that woke it) then takes fewer
+# parts instead of holding the whole call up; each part is one more call (a few µs)
+DYNAMIC_WORK = 1 << 22
+DYNAMIC_PARTS = 4
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
@@ -177,6 +183,30 @@ class _Teams:
 _teams = _Teams()
 
 
+class _Claims:
+    """The [lo, hi) parts of one phase's loop that its pieces take in turn: iterating gives the
+    parts nobody has taken yet, one at a time (thread-safe)."""
+
+    def __init__(self, parts: list[tuple[int, int]]):
+        self._parts = parts
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def __iter__(self):
+        while True:
+            with self._lock:
+                if self._next >= len(self._parts):
+                    return
+                part = self._parts[self._next]
+                self._next += 1
+            yield part
+
+    def stop(self) -> None:
+        """A piece failed: the others take no more parts."""
+        with self._lock:
+            self._next = len(self._parts)
+
+
 class _Watch:
     """One call's work on pool threads and the cancel word its generated code polls.
 
@@ -193,9 +223,10 @@ class _Watch:
     def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges) -> Future:
         return executor.submit(self.run, entry, args, ranges)
 
-    def run(self, entry, args: tuple, ranges: list[tuple[int, int]]) -> int:
-        """Run the piece: one call per [lo, hi) of `ranges` (the args' own lo and hi replaced),
-        checking the cancel word before each."""
+    def run(self, entry, args: tuple, ranges) -> int:
+        """Run the piece: one call per [lo, hi) of `ranges` (a list, or _Claims shared with the
+        phase's other pieces; the args' own lo and hi replaced), checking the cancel word before
+        each."""
         with self._cond:
             if self.word[0]:
                 return ERROR_CANCELLED
@@ -207,6 +238,8 @@ class _Watch:
                     return ERROR_CANCELLED
                 code = entry(buffers, params, error, phase, lo, hi, workspace, cancel)
                 if code:
+                    if isinstance(ranges, _Claims):
+                        ranges.stop()
                     return code
             return 0
         finally:
@@ -313,12 +346,16 @@ def _run_phases(
     for plan in plans:
         pieces = []
         team = None
+        claims = None  # the loop's parts, taken in turn by the pieces
         if threads > 1 and plan.work >= MIN_PARALLEL_WORK:
             if plan.team:  # every thread calls the phase with the shared block as lo
                 team = _teams.take(threads)
                 pieces = [(team[1], 0)] * threads
             elif plan.loop_range is not None:
                 pieces = chunks(plan.loop_range, threads)
+                parts = chunks(plan.loop_range, threads * DYNAMIC_PARTS)
+                if plan.work >= DYNAMIC_WORK and len(pieces) > 1 and len(parts) > len(pieces):
+                    claims = _Claims([r for lo, hi in parts for r in _ranges(plan, lo, hi)])
         if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
             cancel = watch.address if watch is not None else _NEVER_ADDRESS
@@ -345,7 +382,7 @@ def _run_phases(
         try:
             jobs = [
                 (entry, (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
-                 _ranges(plan, lo, hi))
+                 claims if claims is not None else _ranges(plan, lo, hi))
                 for err, lo, hi, ws in calls
             ]  # fmt: skip
             futures = [watch.submit(pool, *job) for job in (jobs[1:] if inline else jobs)]

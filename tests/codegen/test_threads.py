@@ -128,3 +128,58 @@ def test_a_band_parallel_only_along_its_stride_one_loop_splits_in_strips(src, mo
         np.testing.assert_array_equal(got[3], got[2])
         for t in (1, 2):
             np.testing.assert_allclose(got[t], reference(*args), rtol=1e-4, atol=1e-4 * m)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS) + ["softmax", "elementwise"])
+def test_dynamic_parts_give_bitwise_equal_results(name, monkeypatch):
+    """Split loops whose threads take parts in turn (DYNAMIC_WORK): the same bits as one thread,
+    also for softmax's contracted row buffer and pipelined rows, and a chunked elementwise loop."""
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(codegen.runtime.parallel, "DYNAMIC_WORK", 0)
+    if name == "softmax":
+        src, shapes = SOFTMAX, [(67, 129)]
+    elif name == "elementwise":
+        src, shapes = "def ew(float(N) a) -> (o) { o(i) = tanh(a(i)) * 0.5 }", [(1001,)]
+        monkeypatch.setattr(codegen.runtime.parallel, "CHUNK_WORK", 50)
+    else:
+        src, shapes = PROGRAMS[name]
+    rng = np.random.default_rng(6)
+    inputs = [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
+    results = [tl.compile(src, options=tl.Options(threads=t))(*inputs) for t in (1, 2, 3)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_dynamic_parts_are_each_run_once_and_a_late_thread_takes_fewer():
+    import threading
+    import time
+
+    from codegen.planning.runs import PhasePlan
+    from codegen.runtime.parallel import DYNAMIC_PARTS, Workspaces, run_phases
+
+    seen, lock = [], threading.Lock()
+    main = threading.get_ident()
+
+    def entry(buffers, params, error, phase, lo, hi, workspace, cancel):
+        if threading.get_ident() != main and not any(t != main for _, _, t in seen):
+            time.sleep(0.05)  # the pool thread starts late
+        with lock:
+            seen.append((lo, hi, threading.get_ident()))
+        return 0
+
+    plan = PhasePlan(0, (0, 100, 1), 1 << 23)  # split in parts; short: the caller takes part
+    code, _ = run_phases(entry, lambda ws: 0, 0, (plan,), 2, Workspaces(0))
+    assert code == 0
+    covered = sorted(i for lo, hi, _ in seen for i in range(lo, hi))
+    assert covered == list(range(100)) and len(seen) == 2 * DYNAMIC_PARTS
+    late = [t for _, _, t in seen if t != main]
+    assert len(late) < DYNAMIC_PARTS  # the late thread did fewer than its even share
+
+    def failing(buffers, params, error, phase, lo, hi, workspace, cancel):
+        with lock:
+            seen.append((lo, hi, 0))
+        return 7
+
+    seen.clear()
+    code, _ = run_phases(failing, lambda ws: 0, 0, (plan,), 2, Workspaces(0))
+    assert code == 7 and len(seen) <= 2  # a failed part stops the others from taking more
