@@ -8,7 +8,7 @@ threads=...)` the one thing users write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from scheduler import ScheduleOptions, default_threads
 from tensorlang.errors import TensorLangError
@@ -37,6 +37,11 @@ class Options:
     optimize: False runs the statements in source order with no scheduling, post-passes,
         contraction path or threads: the untransformed reference that transformations are
         differential-tested against.
+    tuned: use the tuning database's best options (`tl.tune`, codegen/tune/) for each call's
+        sizes, dtypes, machine and thread count when it has a record; False ignores the database.
+        A record applies only where the tuned knobs (tile, fusion, unroll, vectorize, pipeline,
+        prefetch) are left at their defaults. The repr shows `tuned` only when it is False, so
+        the repr of every other Options (a key of the compilation cache) is unchanged.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -50,6 +55,13 @@ class Options:
     specialize: bool = True
     optimize: bool = True
     max_specializations: int = 64
+    tuned: bool = True
+
+    def __repr__(self) -> str:
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "tuned"]
+        if not self.tuned:
+            shown.append("tuned=False")
+        return f"Options({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         # the scheduler's view validates its knobs (and normalises tile to a tuple)

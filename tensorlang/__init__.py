@@ -2,7 +2,7 @@
 
 The front end (this package) turns source text into a checked `ir.Program`; `compile` and
 `Kernel` and `Options` come from `codegen` (the most downstream stage) and are re-exported lazily, the one
-sanctioned upward reference. `grad` (autodiff/, front end only) is loaded lazily too. `__version__` is looked up lazily too (no import of islpy or llvmlite).
+sanctioned upward reference. `grad` (autodiff/, front end only) and `tune`/`TuneResult` (codegen/tune/) are loaded lazily too. `__version__` is looked up lazily too (no import of islpy or llvmlite).
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ __all__ = [
     "Span",
     "TensorLangError",
     "TensorLangWarning",
+    "TuneResult",
     "cache_info",
     "clear_cache",
     "compile",
     "export",
     "grad",
+    "tune",
 ]
 
 
@@ -78,6 +80,10 @@ def __getattr__(name: str):
         from codegen.interop import torch_op
 
         return torch_op.op
+    if name in ("tune", "TuneResult"):  # autotuning (codegen/tune/)
+        from codegen.tune import api
+
+        return getattr(api, name)
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 

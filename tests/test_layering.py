@@ -22,9 +22,9 @@ ALLOWED = {("tensorlang/__init__.py", "codegen")}
 # Inside codegen, rooms import one way too: host ← emit (IR emitters that know nothing of
 # schedules); host ← planning (isl AST planning, no LLVM); lowering imports planning, emit and
 # host; export (ahead-of-time objects and C headers) imports lowering, planning, emit and host;
-# the runtime (Kernel, thread pool, arguments) and the top-level modules (driver, the public
-# Options, aot: "top") import anything.
-CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "export", "runtime")
+# the runtime (Kernel, thread pool, arguments), the tuner and the top-level modules (driver, the
+# public Options, aot: "top") import anything.
+CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "export", "runtime", "tune")
 ROOM_MAY_IMPORT = {
     "host": {"host"},
     "emit": {"emit", "host"},
@@ -32,6 +32,7 @@ ROOM_MAY_IMPORT = {
     "lowering": {"lowering", "planning", "emit", "host"},
     "export": {"export", "lowering", "planning", "emit", "host"},
     "runtime": {*CODEGEN_ROOMS, "top"},
+    "tune": {*CODEGEN_ROOMS, "top"},
     "top": {*CODEGEN_ROOMS, "top"},
 }
 ROOM_MUST_NOT_IMPORT = {"planning": {"llvmlite"}}  # outside codegen

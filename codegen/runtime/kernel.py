@@ -100,6 +100,7 @@ class Kernel:
         self._cache: OrderedDict[tuple[int, ...], Specialisation] = OrderedDict()
         self._shape_cache: OrderedDict[tuple[int, ...], dict[str, tuple[int, ...]]] = OrderedDict()
         self._reschedules: dict[tuple, Schedule] = {}  # schedules after contraction planning
+        self._tuned: dict[tuple[int, ...], tuple | None] = {}  # sizes → tuning record (see _tuned_options)
         self._generic = None  # (plan, build.Built) of the parametric kernel
         self._lock = threading.Lock()  # held while building a specialisation
         self._cache_lock = threading.Lock()  # held briefly for the two caches' bookkeeping
@@ -440,7 +441,7 @@ class Kernel:
         with self._cache_lock:
             record = self._pending_calls.get(key)
         if record is None:
-            record = warm.load_call(warm.call_key(self.program_key, key), self.interface, sizes)
+            record = warm.load_call(self._call_key(key, sizes), self.interface, sizes)
             if record is not None:
                 with self._cache_lock:
                     self._pending_calls[key] = record
@@ -481,10 +482,45 @@ class Kernel:
         from ..planning.plan import plan_kernel
 
         sizes = sizes if self.options.specialize else None
+        schedule, codegen, reschedules = self.schedule, self.options.codegen, self._reschedules
+        tuned = self._tuned_options(sizes)
+        if tuned is not None:
+            schedule, codegen, reschedules = tuned[1:]
         try:
-            return plan_kernel(self.schedule, self.options.codegen, sizes, self._reschedules)
+            return plan_kernel(schedule, codegen, sizes, reschedules)
         except isl.Error as exc:  # isl failures are our bugs, not the user's
             raise TensorLangError(f"{self.name}: internal compiler error while planning: {exc}") from exc
+
+    # ------------------------------------------------------------------ tuning hook (codegen/tune)
+
+    def _tuned_options(self, sizes: Mapping[str, int] | None) -> tuple | None:
+        """The tuning database's best record for these sizes (codegen/tune/lookup.py), looked up
+        once per set of sizes: (record id, schedule, CodegenOptions, reschedules) to plan with, or
+        None (no record, Options(tuned=False), knobs the user set, no sizes)."""
+        if sizes is None:
+            return None
+        key = tuple(sizes[s] for s in self.interface.sizes)
+        if key not in self._tuned:
+            from ..tune.lookup import tuned_record
+
+            found = tuned_record(self.source, self.name, self.options, sizes, self._input_dtypes)
+            if found is not None:
+                record, options = found
+                schedule, reschedules = self.schedule, self._reschedules
+                if options.schedule != self.options.schedule:
+                    from scheduler import compute_schedule
+
+                    schedule, reschedules = compute_schedule(self.scop, options.schedule), {}
+                found = (record, schedule, options.codegen, reschedules)
+            self._tuned[key] = found
+        return self._tuned[key]
+
+    def _call_key(self, key: tuple[int, ...], sizes: Mapping[str, int]) -> str:
+        """The call record's key: a tuned record's id is part of it, so code planned with other
+        options (before tuning, or with another record) is never loaded for these sizes."""
+        tuned = self._tuned_options(sizes) if self.options.specialize else None
+        program = self.program_key if tuned is None else f"{self.program_key}+tuned:{tuned[0]}"
+        return warm.call_key(program, key)
 
     def _compiled(self, plan: KernelPlan):
         """Machine code for a plan: from the disk cache (codegen/lowering/disk_cache.py) or
@@ -519,7 +555,7 @@ class Kernel:
             plan, built = self._generic
         record = specialise.call_record(plan, built, sizes, values, self._shapes(sizes))
         if self.program_key is not None:
-            warm.store_call(warm.call_key(self.program_key, key), record)
+            warm.store_call(self._call_key(key, sizes), record)
         return specialise.from_record(record, built.code)
 
     def _check_preconditions(self, sizes: Mapping[str, int]) -> None:
