@@ -348,6 +348,84 @@ def _cache(argv: Sequence[str]) -> int:
     return 0
 
 
+def _tune(argv: Sequence[str]) -> int:
+    """`tune FILE.tc --shape A=8x12 ... --budget 60`: search for the fastest options of the def for
+    those shapes (tl.tune, random inputs) and record them; `tune --list` prints the database's
+    records; `tune --export FILE` / `tune --import FILE` move records (JSON) between machines
+    of one kind."""
+    import json
+
+    p = argparse.ArgumentParser(prog="tensorlang tune", description="autotuning (tl.tune) and its database")
+    p.add_argument("file", nargs="?", help="source file (.tc)")
+    p.add_argument("--name", help="the def to tune when the file holds several")
+    p.add_argument("--shape", action="append", default=[], metavar="A=8x12", help="an input's shape")
+    p.add_argument("--size", action="append", default=[], metavar="N=8", help="a size")
+    p.add_argument("--budget", type=float, default=60.0, metavar="S", help="seconds to search (default 60)")
+    p.add_argument("--seed", type=int, default=0, help="random inputs' seed")
+    p.add_argument("--list", action="store_true", help="list the tuning database's records")
+    p.add_argument("--export", metavar="FILE", help="write every record to FILE (JSON)")
+    p.add_argument("--import", dest="import_", metavar="FILE", help="add the records of FILE (JSON)")
+    args = p.parse_args(argv)
+    if args.list or args.export or args.import_:
+        from codegen.tune import database
+
+        with database.Database() as db:
+            if args.import_:
+                try:
+                    with open(args.import_, encoding="utf-8") as f:
+                        added = db.import_(json.load(f))
+                except (OSError, ValueError, KeyError, TypeError) as exc:
+                    raise TensorLangError(f"tune --import {args.import_}: {exc}") from None
+                print(f"imported {added} trials into {db.path}")
+            if args.export:
+                data = db.export()
+                with open(args.export, "w", encoding="utf-8") as f:
+                    json.dump(data, f, indent=1)
+                print(f"exported {len(data['programs'])} programs, {len(data['trials'])} trials to {args.export}")
+            if args.list:
+                print(f"{db.path}")
+                for row in db.programs():
+                    sizes = ",".join(f"{k}={v}" for k, v in row["sizes"].items())
+                    if row["best_s"] is None:
+                        timing = "no best record yet"
+                    else:
+                        ratio = row["default_s"] / row["best_s"] if row["best_s"] else float("nan")
+                        timing = f"best {row['best_s'] * 1e3:.4g} ms, default {row['default_s'] * 1e3:.4g} ms ({ratio:.2f}x)"
+                    print(
+                        f"{row['name']} [{sizes}] {'/'.join(row['dtypes'])} threads={row['threads']}: "
+                        f"{row['trials']} trials ({row['failed']} failed), {timing}; options {json.dumps(row['options'])}"
+                    )
+        return 0
+    if args.file is None:
+        raise TensorLangError("tune: give a source file (or --list, --export FILE, --import FILE)")
+    import numpy as np
+
+    import tensorlang as tl
+
+    from . import frontend
+
+    source = _read(args.file)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = frontend.check_source(source, args.name, args.file)
+    sizes = _export_sizes(program, args.shape, args.size)
+    rng = np.random.default_rng(args.seed)
+    inputs = []
+    for t in program.inputs:
+        shape = tuple(
+            int(d.subs({s: sizes[str(s)] for s in d.free_symbols})) if hasattr(d, "subs") else int(d)
+            for d in t.shape
+        )
+        inputs.append(_random_input(rng, t, shape))
+    result = tl.tune(source, *inputs, name=program.name, budget_s=args.budget, progress=True)
+    print(
+        f"{program.name}: best {result.best_s * 1e3:.4g} ms, default {result.default_s * 1e3:.4g} ms "
+        f"({result.default_s / result.best_s:.2f}x) after {result.trials} trials"
+    )
+    print(f"options: {result.options!r}")
+    return 0
+
+
 def _version(argv: Sequence[str]) -> int:
     import tensorlang
 
@@ -361,6 +439,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "export": _export,
     "grad": _grad,
     "cache": _cache,
+    "tune": _tune,
     "--version": _version,
 }
 
