@@ -84,6 +84,10 @@ def __getattr__(name: str):
         from codegen.tune import api
 
         return getattr(api, name)
+    if name == "_tune_database":  # `tensorlang tune --list/--export/--import` (codegen/tune/database.py)
+        from codegen.tune import database
+
+        return database.Database
     if name in ("compile", "Kernel", "Options"):
         from codegen import driver
 

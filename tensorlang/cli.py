@@ -367,9 +367,9 @@ def _tune(argv: Sequence[str]) -> int:
     p.add_argument("--import", dest="import_", metavar="FILE", help="add the records of FILE (JSON)")
     args = p.parse_args(argv)
     if args.list or args.export or args.import_:
-        from codegen.tune import database
+        import tensorlang as tl
 
-        with database.Database() as db:
+        with tl._tune_database() as db:
             if args.import_:
                 try:
                     with open(args.import_, encoding="utf-8") as f:
