@@ -10,16 +10,28 @@ from .options import Options
 from .runtime import warm
 from .runtime.kernel import Kernel
 
+TARGETS = ("cpu", "cuda")
+
 
 def compile(  # noqa: A001
-    source: str, name: str | None = None, *, options: Options | None = None, filename: str = "<source>"
-) -> Kernel:
+    source: str,
+    name: str | None = None,
+    *,
+    options: Options | None = None,
+    filename: str = "<source>",
+    target: str = "cpu",
+):
     """Compile the def `name` (or the only def) of `source` into a Kernel. `filename` is the name
     errors and warnings locate the source by (`matmul.tc:3:14`), as for Python's `compile`.
 
     With the compilation cache on, a program compiled before (same text, name, filename, options,
     thread count and compiler) is not compiled again: its record (runtime/warm.py) gives the
-    Kernel, and its warnings are given again."""
+    Kernel, and its warnings are given again.
+
+    `target="cuda"` gives a CudaKernel (codegen/gpu/): the same stages, then a GPU grid mapping
+    and PTX through LLVM's NVPTX back end; the program records are CPU-only and not used."""
+    if target not in TARGETS:
+        raise TensorLangError(f"unknown target {target!r}; targets are {', '.join(map(repr, TARGETS))}")
     if not isinstance(source, str):
         raise TensorLangError(
             f"tensorlang.compile expects the source text as a str, got {type(source).__name__}"
@@ -32,6 +44,8 @@ def compile(  # noqa: A001
         options = Options()
     elif not isinstance(options, Options):
         raise TensorLangError(f"options= must be a tensorlang.Options, got {type(options).__name__}")
+    if target == "cuda":
+        return _compile_cuda(source, name, options, filename)
     key = warm.program_key(source, name, filename, repr(options), options.schedule.thread_count())
     record = warm.load_program(key)
     if record is not None:
@@ -48,6 +62,14 @@ def compile(  # noqa: A001
     given = [str(w.message) for w in caught if issubclass(w.category, TensorLangWarning)]
     warm.store_program(key, kernel.interface, given)
     return kernel
+
+
+def _compile_cuda(source: str, name: str | None, options: Options, filename: str):
+    """target="cuda": the stages, no disk records (they hold CPU interfaces and machine code)."""
+    from .gpu.kernel import CudaKernel
+
+    program, schedule, syntax_text = run_stages(source, name, options, filename)
+    return CudaKernel(program, schedule, options, syntax_text, source, filename)
 
 
 def run_stages(source: str, name: str | None, options: Options, filename: str):

@@ -23,8 +23,9 @@ ALLOWED = {("tensorlang/__init__.py", "codegen")}
 # schedules); host ← planning (isl AST planning, no LLVM); lowering imports planning, emit and
 # host; export (ahead-of-time objects and C headers) imports lowering, planning, emit and host;
 # the runtime (Kernel, thread pool, arguments), the tuner and the top-level modules (driver, the
-# public Options, aot: "top") import anything.
-CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "export", "runtime", "tune")
+# public Options, aot: "top") import anything. The GPU back end (gpu: grid mapping, NVPTX
+# lowering, PTX, CudaKernel) imports lowering and what it imports, the runtime's interface and "top".
+CODEGEN_ROOMS = ("host", "emit", "planning", "lowering", "export", "runtime", "tune", "gpu")
 ROOM_MAY_IMPORT = {
     "host": {"host"},
     "emit": {"emit", "host"},
@@ -33,6 +34,7 @@ ROOM_MAY_IMPORT = {
     "export": {"export", "lowering", "planning", "emit", "host"},
     "runtime": {*CODEGEN_ROOMS, "top"},
     "tune": {*CODEGEN_ROOMS, "top"},
+    "gpu": {"gpu", "lowering", "planning", "emit", "host", "runtime", "top"},
     "top": {*CODEGEN_ROOMS, "top"},
 }
 ROOM_MUST_NOT_IMPORT = {"planning": {"llvmlite"}}  # outside codegen

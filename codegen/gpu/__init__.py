@@ -1,0 +1,1 @@
+"""gpu: KernelPlan → a CUDA grid per phase → NVPTX IR → PTX (the `target="cuda"` back end)."""

@@ -1,0 +1,176 @@
+"""gpu: compiled stages (Program, Schedule) → CudaKernel, what tl.compile(..., target="cuda") returns.
+
+A CudaKernel inspects every stage (`ast` … `plan`, `loops`, `llvm` for the NVPTX module, `ptx`),
+plans per set of sizes like the CPU Kernel, and pickles as its source. It does not run yet:
+calling it raises a TensorLangError that says why (no cuda-bindings, no driver or GPU, and the
+runtime that launches PTX through the driver API is a later step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Mapping
+
+from tensorlang.errors import TensorLangError
+
+from ..options import Options
+from ..runtime.interface import interface_of
+from .ptx import DEFAULT_ARCH, check_arch
+
+STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "ptx")
+
+
+class CudaKernel:
+    """A def compiled for target="cuda"; `inspect("ptx", sizes=...)` gives its PTX."""
+
+    target = "cuda"
+
+    def __init__(self, program, schedule, options: Options, syntax_text: str, source: str, filename: str):
+        self.program = program
+        self.schedule = schedule
+        self.options = options
+        self.syntax_text = syntax_text
+        self.source = source
+        self.filename = filename
+        self.interface = interface_of(program)
+        self._plans: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def scop(self):
+        return self.schedule.scop
+
+    def __repr__(self) -> str:
+        ins = ", ".join(str(t) for t in self.interface.inputs)
+        outs = ", ".join(t.name for t in self.interface.outputs)
+        return f"<tensorlang.CudaKernel {self.name}({ins}) -> ({outs})>"
+
+    def __reduce__(self):
+        return unpickle_cuda_kernel, (self.source, self.name, self.options, self.filename)
+
+    # ------------------------------------------------------------------ calling
+
+    def __call__(self, *inputs: object, out: object = None, **sizes: int):
+        raise TensorLangError(f"{self.name}: cannot run a target='cuda' kernel here: {why_no_gpu()}")
+
+    # ------------------------------------------------------------------ planning and inspection
+
+    def _sizes(self, sizes: Mapping[str, int] | None, stage: str) -> dict[str, int]:
+        if sizes is None:
+            raise TensorLangError(
+                f"inspect({stage!r}) of a cuda kernel needs sizes= ({', '.join(self.interface.sizes)}): "
+                "the grid is planned for concrete sizes"
+            )
+        missing = [s for s in self.interface.sizes if s not in sizes]
+        if missing:
+            raise TensorLangError(f"inspect: sizes= lacks {', '.join(missing)}")
+        bad = [s for s in self.interface.sizes if not isinstance(sizes[s], int) or sizes[s] < 0]
+        if bad:
+            raise TensorLangError(f"inspect: sizes must be non-negative integers ({', '.join(bad)})")
+        return {s: int(sizes[s]) for s in self.interface.sizes}
+
+    def plan(self, sizes: Mapping[str, int]):
+        """(KernelPlan, GridMapping) for these sizes: the CPU's plan without its x86-only steps
+        (GEMM path, contracted temporaries, pipelining, prefetching: CodegenOptions(optimize=False)),
+        then the grid mapping."""
+        import islpy as isl
+
+        from ..planning.plan import plan_kernel
+        from .mapping import map_plan
+
+        key = tuple(sorted(sizes.items()))
+        with self._lock:
+            found = self._plans.get(key)
+            if found is None:
+                codegen = dataclasses.replace(
+                    self.options.codegen, optimize=False, pipeline=False, prefetch=False, vectorize=False,
+                    specialize=True,
+                )  # fmt: skip
+                try:
+                    plan = plan_kernel(self.schedule, codegen, sizes)
+                except isl.Error as exc:
+                    raise TensorLangError(
+                        f"{self.name}: internal compiler error while planning: {exc}"
+                    ) from exc
+                found = self._plans[key] = (plan, map_plan(plan))
+        return found
+
+    def module(self, sizes: Mapping[str, int]):
+        """The NVPTX llvmlite module for these sizes."""
+        from .lower import lower_to_nvptx
+        from .ptx import new_calling_convention
+
+        plan, mapping = self.plan(sizes)
+        return lower_to_nvptx(plan, mapping, new_calling_convention=new_calling_convention())
+
+    def inspect(self, stage: str, sizes: Mapping[str, int] | None = None, *, arch: str = DEFAULT_ARCH) -> str:
+        """The text of one stage; `plan`, `loops`, `llvm` and `ptx` need `sizes`. `arch`: the
+        PTX target (sm_90 by default; sm_80 for an A100)."""
+        if stage == "asm":
+            stage = "ptx"
+        if stage not in STAGES:
+            raise TensorLangError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
+        check_arch(arch)
+        if stage == "ast":
+            return self.syntax_text
+        if stage == "ir":
+            return str(self.program)
+        if stage == "scop":
+            return str(self.scop)
+        if stage == "deps":
+            return str(self.scop.dependences)
+        if stage == "schedule":
+            return str(self.schedule)
+        if stage == "graph":
+            return self.schedule.graph_text()
+        sizes = self._sizes(sizes, stage)
+        plan, mapping = self.plan(sizes)
+        if stage == "plan":
+            return f"{plan}\n// target cuda\n{mapping}\n"
+        if stage == "loops":
+            return plan.loops()
+        from .ptx import emit_ptx, optimised_ir
+
+        try:
+            module = self.module(sizes)
+            return optimised_ir(module, arch) if stage == "llvm" else emit_ptx(module, arch)
+        except RuntimeError as exc:  # LLVM rejected our IR: a compiler bug
+            raise TensorLangError(
+                f"{self.name}: internal compiler error while generating PTX: {exc}"
+            ) from exc
+
+
+def why_no_gpu() -> str:
+    """Why a cuda kernel cannot run in this process (the runtime is not part of this version)."""
+    try:
+        from cuda.bindings import driver  # noqa: F401  (the [cuda] extra)
+    except ImportError:
+        return (
+            "cuda-bindings is not installed (pip install 'tensorlang[cuda]') and the CUDA runtime of "
+            "tensorlang is not implemented yet; inspect('ptx', sizes=...) gives the PTX"
+        )
+    try:
+        (err,) = driver.cuInit(0)[:1]
+        ok = int(err) == 0
+    except Exception:  # noqa: BLE001 - any driver failure means: no usable GPU
+        ok = False
+    if not ok:
+        return "no CUDA driver or GPU was found (cuInit failed); inspect('ptx', sizes=...) gives the PTX"
+    return "launching PTX through the CUDA driver is not implemented yet; inspect('ptx', sizes=...) gives the PTX"
+
+
+def unpickle_cuda_kernel(source: str, name: str, options: Options, filename: str) -> CudaKernel:
+    import warnings
+
+    from tensorlang.errors import TensorLangWarning
+
+    from ..driver import compile as compile_
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TensorLangWarning)
+        return compile_(source, name, options=options, filename=filename, target="cuda")

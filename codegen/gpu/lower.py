@@ -1,0 +1,161 @@
+"""gpu: KernelPlan + GridMapping → NVPTX LLVM IR module (one ptx_kernel entry per phase).
+
+The phase bodies are emitted by the CPU lowering's own jobs (loops, statements, checks), in a
+subclass that changes only what differs on the GPU:
+
+* each phase is an internal, always-inlined function `tl_phase<n>(tensors..., error, lo0, hi0,
+  lo1, hi1) -> i32`; the mapped loops run [lo, hi) only, as the CPU's thread-split outer loop
+  does (the same restricted-loop code, LoopLowering._open_loop);
+* the entry `tl_<def>_phase<n>(tensors..., i64* error)` (calling convention ptx_kernel) computes
+  the global thread id, decomposes it into one iteration of each mapped loop (the fastest loop
+  last), checks it against the trip counts and calls the phase for that iteration;
+* nothing of the CPU's machinery that the GPU lacks: the plan has no GEMM calls, contracted
+  temporaries, pipelining or prefetching (planned with CodegenOptions(optimize=False)), the
+  cancel word is never polled (no outermost loop: `loop_depth` starts at 1), and there is no
+  workspace;
+* math builtins: exp, log, tanh and the rest of codegen.emit.vecmath in their portable,
+  branch-free form (no AVX-512 vscalef), everything else as the CPU emits it; the intrinsics
+  and libm calls that NVPTX cannot select become libdevice calls (gpu/ptx.py).
+
+Run-time errors (a gather index out of range, an integer division by zero) are recorded in
+`error[0..3]` as on the CPU; several threads may race to write it, and any one record is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+import llvmlite.ir as ll
+
+from tensorlang import ir
+
+from ..emit import values as V
+from ..emit.builtins import emit_builtin
+from ..emit.vecmath import VECMATH_BUILTINS, emit_vecmath
+from ..lowering.lower import Lowering
+from ..planning.plan import KernelPlan, PhaseDecision, Split
+from .mapping import GridMapping, PhaseMapping
+
+TRIPLE = "nvptx64-nvidia-cuda"
+DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+
+_SREG = "llvm.nvvm.read.ptx.sreg.{}.x"
+
+
+class GpuLowering(Lowering):
+    """Emits the NVPTX module of a plan and its grid mapping. Single use: construct, `run()`."""
+
+    def __init__(self, plan: KernelPlan, mapping: GridMapping, *, new_calling_convention: bool = True):
+        super().__init__(plan)
+        self.mapping = mapping
+        self.new_cc = new_calling_convention
+        self.module.triple = TRIPLE
+        self.module.data_layout = DATA_LAYOUT
+        self.entries: list[ll.Function] = []
+        self.phase_map: PhaseMapping | None = None
+
+    def run(self) -> ll.Module:
+        for decision, phase, grid in zip(self.plan.phases, self.ast.phases, self.mapping.phases):
+            self.phase_map = grid
+            self.begin_phase(decision.index)
+            # the mapped loops are restricted by emit_for below, nothing else is
+            self.decision = dataclasses.replace(decision, split=Split.SERIAL, chunked=True)
+            self.emit_node(phase.node, {})
+            self.b.ret(ll.Constant(V.I32, 0))
+            self.emit_kernel_entry(grid, self.body)
+        if not self.new_cc:  # LLVM < 20 marks kernels with metadata instead
+            nodes = [self.module.add_metadata([fn, "kernel", ll.Constant(V.I32, 1)]) for fn in self.entries]
+            named = self.module.add_named_metadata("nvvm.annotations")
+            for node in nodes:
+                named.add(node)
+        return self.module
+
+    def begin_phase(self, n: int) -> None:
+        tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in self.layout.tensors]
+        ty = ll.FunctionType(V.I32, tensor_types + [V.I64.as_pointer()] + [V.I64] * 4)
+        fn = ll.Function(self.module, ty, f"tl_phase{n}")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        fn.attributes.add("nounwind")
+        for arg in fn.args[: len(tensor_types)]:
+            arg.add_attribute("noalias")
+        self.body = fn
+        self.phase_functions.append(fn)
+        self.error_ptr = fn.args[len(tensor_types)]
+        self.bounds = list(fn.args[len(tensor_types) + 1 :])
+        self.lo = self.hi = None  # set per mapped loop by emit_for
+        self.workspace = self.cancel = None  # no workspace, no cancel word on the GPU
+        self.loop_depth = 1  # never an "outermost loop": no cancel polls
+        self.b = ll.IRBuilder(fn.append_basic_block("entry"))
+        if self.param_values is None:
+            raise ValueError("the cuda target needs a plan specialised to sizes")
+        self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in self.layout.params}
+        self.pointers = dict(zip(self.layout.tensors, fn.args))
+
+    def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        grid = self.phase_map
+        key = node.get_annotation().get_name() if node.get_annotation() is not None else None
+        mapped = [n for n, loop in enumerate(grid.loops) if loop.key == key] if grid is not None else []
+        if not mapped:  # a sequential loop (the phase's SERIAL decision is consumed by the first)
+            return super().emit_for(node, env)
+        n = mapped[0]
+        self.decision = PhaseDecision(grid.index, Split.OUTER_LOOP, (), None, chunked=True)
+        self.lo, self.hi = self.bounds[2 * n], self.bounds[2 * n + 1]
+        super().emit_for(node, env)
+
+    def emit_kernel_entry(self, grid: PhaseMapping, phase_fn: ll.Function) -> None:
+        """`tl_<def>_phase<n>(tensors..., error)`: one thread's iteration of the mapped loops."""
+        tensor_types = [a.type for a in phase_fn.args[: len(self.layout.tensors)]]
+        ty = ll.FunctionType(ll.VoidType(), tensor_types + [V.I64.as_pointer()])
+        fn = ll.Function(self.module, ty, f"tl_{self.program.name}_phase{grid.index}")
+        if self.new_cc:
+            fn.calling_convention = "ptx_kernel"
+        for arg in fn.args[: len(tensor_types)]:
+            arg.add_attribute("noalias")
+        self.entries.append(fn)
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        sreg = {}
+        for reg in ("tid", "ctaid", "ntid"):
+            name = _SREG.format(reg)
+            f = self.module.globals.get(name) or ll.Function(self.module, ll.FunctionType(V.I32, []), name)
+            sreg[reg] = b.zext(b.call(f, []), V.I64)
+        gid = b.add(b.mul(sreg["ctaid"], sreg["ntid"]), sreg["tid"])
+        run = fn.append_basic_block("run")
+        done = fn.append_basic_block("done")
+        total = grid.threads if grid.loops else 1
+        b.cbranch(b.icmp_unsigned("<", gid, ll.Constant(V.I64, total)), run, done)
+        b.position_at_end(run)
+        bounds: list[ll.Value] = [ll.Constant(V.I64, 0)] * 4
+        rest = gid
+        for n in reversed(grid.order):  # the fastest varying loop is the lowest digit
+            loop = grid.loops[n]
+            count = ll.Constant(V.I64, max(1, loop.count))
+            digit = b.urem(rest, count)
+            rest = b.udiv(rest, count)
+            lo = b.add(ll.Constant(V.I64, loop.first), b.mul(digit, ll.Constant(V.I64, loop.step)))
+            bounds[2 * n], bounds[2 * n + 1] = lo, b.add(lo, ll.Constant(V.I64, 1))
+        b.call(phase_fn, list(fn.args) + bounds)
+        b.branch(done)
+        b.position_at_end(done)
+        b.ret_void()
+
+    # ------------------------------------------------------------------ math on the GPU
+
+    def value(self, e: ir.Expr) -> ll.Value:
+        if isinstance(e, ir.Call):
+            args = [self.value(a) for a in e.args]
+            if e.function in VECMATH_BUILTINS:  # the portable form: no AVX-512 vscalef / ldexp
+                if isinstance(args[0].type, ll.HalfType):  # computed in float, rounded once
+                    wide = emit_vecmath(self.b, e.function, [self.b.fpext(args[0], V.F32)], scalef=False)
+                    return self.b.fptrunc(wide, args[0].type)
+                return emit_vecmath(self.b, e.function, args, scalef=False)
+            return emit_builtin(self.b, e.function, args)
+        return super().value(e)
+
+
+def lower_to_nvptx(
+    plan: KernelPlan, mapping: GridMapping, *, new_calling_convention: bool = True
+) -> ll.Module:
+    """The plan's NVPTX module: one ptx_kernel entry per phase, named tl_<def>_phase<n>."""
+    return GpuLowering(plan, mapping, new_calling_convention=new_calling_convention).run()

@@ -1,0 +1,183 @@
+"""gpu: KernelPlan (specialised) → GridMapping, which loops of each phase become GPU threads.
+
+The first, simple and correct mapping (PPCG-style, without tiling or shared memory):
+
+* a phase whose outermost loop carries no dependence maps that loop to threads, one thread per
+  iteration; when the loop directly inside it is parallel too and its bounds do not depend on
+  the outer iterator, one thread per (outer, inner) pair. The pair is flattened to a 1-D grid
+  with the loop that indexes the written tensor's stride-1 dimension varying fastest, so that
+  neighbouring threads of a warp store (and usually load) neighbouring elements: coalescing;
+* every loop inside the mapped ones runs sequentially in its thread (a row reduction, say);
+* a phase with no parallel outer loop (a reduction or recurrence over it, or no loop) runs as a
+  single-thread grid.
+
+Each decision and its reason is printed by `GridMapping.__str__` (`inspect("plan")`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from tensorlang import ir
+
+from ..planning.astgen import LoopKind, leaves_under, loop_range, unwrap
+from ..planning.plan import KernelPlan
+
+#: threads per block of a mapped phase (a multiple of the warp size)
+BLOCK_THREADS = 256
+WARP = 32
+
+
+@dataclass(frozen=True)
+class MappedLoop:
+    """A loop whose iterations are spread over threads: `count` iterations from `first` by `step`.
+    `key` is the loop's annotation (LoopAst.loops), which lowering finds the loop by."""
+
+    key: str
+    iterator: str
+    first: int
+    count: int
+    step: int
+
+
+@dataclass(frozen=True)
+class PhaseMapping:
+    """The grid of one phase. `loops`: mapped loops, outermost first in the loop nest;
+    `fastest`: the position in `loops` of the one the thread index varies fastest along."""
+
+    index: int
+    statements: tuple[str, ...]
+    loops: tuple[MappedLoop, ...]
+    fastest: int
+    reason: str  # why this mapping (printed)
+
+    @property
+    def threads(self) -> int:
+        n = 1
+        for loop in self.loops:
+            n *= loop.count
+        return n
+
+    @property
+    def block(self) -> int:
+        if not self.loops:
+            return 1
+        return max(WARP, min(BLOCK_THREADS, -(-self.threads // WARP) * WARP))
+
+    @property
+    def blocks(self) -> int:
+        return max(1, -(-self.threads // self.block))
+
+    @property
+    def order(self) -> tuple[int, ...]:
+        """Positions in `loops`, slowest varying first (the linear thread id's digits)."""
+        rest = [n for n in range(len(self.loops)) if n != self.fastest]
+        return tuple(rest + [self.fastest]) if self.loops else ()
+
+    def describe(self) -> str:
+        head = f"cuda phase {self.index} ({', '.join(self.statements) or 'no statements'}): "
+        if not self.loops:
+            return head + f"single thread (grid 1 x 1): {self.reason}"
+        dims = " x ".join(f"{self.loops[n].iterator}[{self.loops[n].count}]" for n in self.order)
+        fastest = self.loops[self.fastest].iterator
+        return (
+            head
+            + f"one thread per {dims} = {self.threads} threads, grid {self.blocks} x {self.block}; "
+            + f"{fastest} varies fastest ({self.reason}); inner loops sequential per thread"
+        )
+
+
+@dataclass(frozen=True)
+class GridMapping:
+    phases: tuple[PhaseMapping, ...]
+
+    def __str__(self) -> str:
+        return "\n".join(f"// {p.describe()}" for p in self.phases)
+
+
+def map_plan(plan: KernelPlan) -> GridMapping:
+    """The grid of every phase of a specialised plan (sizes are needed for the thread counts)."""
+    values: Mapping = plan.param_values or {}
+    phases = []
+    for decision, phase in zip(plan.phases, plan.ast.phases):
+        phases.append(_map_phase(plan, decision.index, phase, values))
+    return GridMapping(tuple(phases))
+
+
+def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMapping:
+    statements = phase.statements
+    if plan.param_values is None:
+        return PhaseMapping(index, statements, (), 0, "sizes unknown (a generic plan)")
+    if phase.loop is None:
+        if phase.outer is None:
+            reason = "no loop"
+        else:
+            name = phase.outer.for_get_iterator().get_id().get_name()
+            reason = f"the outer loop {name} carries a dependence (a reduction or recurrence over it)"
+        return PhaseMapping(index, statements, (), 0, reason)
+    outer = _mapped(plan, unwrap(phase.loop), values)
+    if outer is None:
+        return PhaseMapping(index, statements, (), 0, "the parallel outer loop's bounds are not constant")
+    loops = [outer]
+    inner_node = unwrap(unwrap(phase.loop).for_get_body())
+    if (
+        inner_node.get_type() == isl.ast_node_type.for_
+        and not inner_node.for_is_degenerate()
+        and plan.ast.loops[inner_node.get_annotation().get_name()].kind is LoopKind.PARALLEL
+    ):
+        inner = _mapped(plan, inner_node, values)
+        if inner is not None:
+            loops.append(inner)
+    if len(loops) == 1:
+        return PhaseMapping(index, statements, tuple(loops), 0, "the only mapped loop")
+    fastest, reason = _coalescing(plan, phase, loops)
+    return PhaseMapping(index, statements, tuple(loops), fastest, reason)
+
+
+def _mapped(plan: KernelPlan, node: isl.AstNode, values: Mapping) -> MappedLoop | None:
+    found = loop_range(node, values)  # None when the bounds depend on an enclosing iterator
+    if found is None:
+        return None
+    first, stop, step = found
+    count = max(0, -(-(stop - first) // step))
+    name = node.for_get_iterator().get_id().get_name()
+    return MappedLoop(node.get_annotation().get_name(), name, first, count, step)
+
+
+def _mentions(expr: isl.AstExpr, name: str) -> bool:
+    t = expr.get_type()
+    if t == isl.ast_expr_type.id:
+        return expr.get_id().get_name() == name
+    if t == isl.ast_expr_type.op:
+        return any(_mentions(expr.get_op_arg(i), name) for i in range(expr.get_op_n_arg()))
+    return False
+
+
+def _coalescing(plan: KernelPlan, phase, loops: list[MappedLoop]) -> tuple[int, str]:
+    """Which mapped loop the thread index varies fastest along: the one the written tensors'
+    last (stride-1) subscripts move with, by a majority of the phase's statements; the inner
+    loop when it is a tie (the post-passes put stride-1 loops innermost)."""
+    votes = [0] * len(loops)
+    for leaf in leaves_under(phase.node, plan.ast.leaves) or ():
+        st = plan.scop.statement(leaf.statement).statement
+        if not st.lhs:
+            continue
+        form = ir.affine_form(st.lhs[-1])
+        if form is None:
+            continue
+        exprs = dict(leaf.index_exprs)
+        for n, loop in enumerate(loops):
+            if any(var in exprs and _mentions(exprs[var], loop.iterator) for var, _ in form.coeffs):
+                votes[n] += 1
+    inner = len(loops) - 1
+    best = max(range(len(loops)), key=lambda n: (votes[n], n == inner))
+    tensors = sorted({plan.scop.statement(s).statement.tensor for s in phase.statements})
+    if votes[best] == 0:
+        return (
+            inner,
+            f"the inner mapped loop; no written subscript is stride-1 in one of them ({', '.join(tensors)})",
+        )
+    return best, f"stride-1 dimension of {', '.join(tensors)}: coalesced"
