@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from .errors import TensorLangError
 
 EMIT_STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
+TARGETS = ("cpu", "cuda")  # --target
+CUDA_STAGES = ("ptx",)  # stages of --target cuda only (its asm)
 FUSION_CHOICES = ("auto", "max", "none")
 
 USAGE = (
@@ -29,9 +31,10 @@ tensorlang cache info|clear
 tensorlang --version
 
 stages: """
-    + ", ".join(EMIT_STAGES)
+    + ", ".join(EMIT_STAGES + CUDA_STAGES)
     + """
-options: --threads N, --fusion auto|max|none, --tile 32,32,64 (or 32), --no-specialize, --fast-math"""
+options: --threads N, --fusion auto|max|none, --tile 32,32,64 (or 32), --no-specialize, --fast-math
+target (emit, run): --target cpu|cuda (cuda: --emit ptx gives PTX; running needs a GPU runtime)"""
 )
 
 
@@ -49,12 +52,19 @@ def _emit_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorlang", usage=USAGE)
     p.add_argument("file", help="source file (.tc)")
     p.add_argument("--name", help="the def to compile when the file holds several")
-    p.add_argument("--emit", required=True, choices=EMIT_STAGES, help="the stage to print")
+    p.add_argument("--emit", required=True, choices=EMIT_STAGES + CUDA_STAGES, help="the stage to print")
     p.add_argument(
         "--size", action="append", default=[], metavar="N=8", help="specialise plan/loops/llvm/asm to a size"
     )
+    _add_target_flag(p)
     _add_option_flags(p)
     return p
+
+
+def _add_target_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--target", choices=TARGETS, default="cpu", help="cpu (default) or cuda (PTX through LLVM's NVPTX back end)"
+    )
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -72,6 +82,7 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--bench", action="store_true", help="time repeated calls and report the median")
     p.add_argument("--repeat", type=int, default=20, help="calls timed with --bench (default 20)")
     p.add_argument("--seed", type=int, default=0, help="random seed for the inputs")
+    _add_target_flag(p)
     _add_option_flags(p)
     return p
 
@@ -195,7 +206,7 @@ def _emit(argv: Sequence[str]) -> int:
 
     args = _emit_parser().parse_args(argv)
     options = _options(args)
-    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
+    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file, target=args.target)
     sizes = None
     if args.size:
         sizes = _parse_sizes(args.size)
@@ -213,7 +224,7 @@ def _run(argv: Sequence[str]) -> int:
     options = _options(args)
     shapes = dict(_parse_shape(s) for s in args.shape)
     t0 = time.perf_counter()
-    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file)
+    kernel = tl.compile(_read(args.file), args.name, options=options, filename=args.file, target=args.target)
     compile_seconds = time.perf_counter() - t0
     program = kernel.interface  # names, dtypes and ranks: no front end when the cache has the def
     _check_names(list(shapes), [t.name for t in program.inputs], "--shape", "input", program.name)

@@ -40,6 +40,10 @@ from .mapping import GridMapping, PhaseMapping
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
 
+# builtins whose CPU form has no GPU counterpart (lgamma calls the re-entrant lgamma_r, which
+# libdevice lacks): called in libdevice directly
+_LIBDEVICE_DIRECT = {"lgamma": "lgamma"}
+
 _SREG = "llvm.nvvm.read.ptx.sreg.{}.x"
 
 
@@ -150,8 +154,19 @@ class GpuLowering(Lowering):
                     wide = emit_vecmath(self.b, e.function, [self.b.fpext(args[0], V.F32)], scalef=False)
                     return self.b.fptrunc(wide, args[0].type)
                 return emit_vecmath(self.b, e.function, args, scalef=False)
+            if e.function in _LIBDEVICE_DIRECT and isinstance(args[0].type, ll.FloatType | ll.DoubleType):
+                return self._libdevice_call(_LIBDEVICE_DIRECT[e.function], args)
             return emit_builtin(self.b, e.function, args)
         return super().value(e)
+
+    def _libdevice_call(self, base: str, args: list[ll.Value]) -> ll.Value:
+        """A call of libdevice's `__nv_<base>f` (float) or `__nv_<base>` (double)."""
+        ty = args[0].type
+        name = f"__nv_{base}{'f' if isinstance(ty, ll.FloatType) else ''}"
+        fn = self.module.globals.get(name) or ll.Function(
+            self.module, ll.FunctionType(ty, [ty] * len(args)), name
+        )
+        return self.b.call(fn, args)
 
 
 def lower_to_nvptx(
