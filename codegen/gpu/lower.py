@@ -50,12 +50,21 @@ _SREG = "llvm.nvvm.read.ptx.sreg.{}.x"
 class GpuLowering(Lowering):
     """Emits the NVPTX module of a plan and its grid mapping. Single use: construct, `run()`."""
 
-    def __init__(self, plan: KernelPlan, mapping: GridMapping, *, new_calling_convention: bool = True):
+    def __init__(
+        self,
+        plan: KernelPlan,
+        mapping: GridMapping,
+        *,
+        new_calling_convention: bool = True,
+        emulate: bool = False,
+    ):
         super().__init__(plan)
         self.mapping = mapping
         self.new_cc = new_calling_convention
-        self.module.triple = TRIPLE
-        self.module.data_layout = DATA_LAYOUT
+        self.emulate = emulate  # host code running the grid's threads in turn (tests), no GPU entries
+        if not emulate:
+            self.module.triple = TRIPLE
+            self.module.data_layout = DATA_LAYOUT
         self.entries: list[ll.Function] = []
         self.phase_map: PhaseMapping | None = None
 
@@ -67,7 +76,11 @@ class GpuLowering(Lowering):
             self.decision = dataclasses.replace(decision, split=Split.SERIAL, chunked=True)
             self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
-            self.emit_kernel_entry(grid, self.body)
+            if not self.emulate:
+                self.emit_kernel_entry(grid, self.body)
+        if self.emulate:
+            self.emit_emulation()
+            return self.module
         if not self.new_cc:  # LLVM < 20 marks kernels with metadata instead
             nodes = [self.module.add_metadata([fn, "kernel", ll.Constant(V.I32, 1)]) for fn in self.entries]
             named = self.module.add_named_metadata("nvvm.annotations")
@@ -125,6 +138,19 @@ class GpuLowering(Lowering):
             f = self.module.globals.get(name) or ll.Function(self.module, ll.FunctionType(V.I32, []), name)
             sreg[reg] = b.zext(b.call(f, []), V.I64)
         gid = b.add(b.mul(sreg["ctaid"], sreg["ntid"]), sreg["tid"])
+        self._run_thread(b, fn, grid, phase_fn, list(fn.args), gid)
+        b.ret_void()
+
+    def _run_thread(
+        self,
+        b: ll.IRBuilder,
+        fn: ll.Function,
+        grid: PhaseMapping,
+        phase_fn: ll.Function,
+        args: list,
+        gid: ll.Value,
+    ) -> None:
+        """At b: thread `gid` checks it is within the grid's iterations and runs its one."""
         run = fn.append_basic_block("run")
         done = fn.append_basic_block("done")
         total = grid.threads if grid.loops else 1
@@ -139,10 +165,31 @@ class GpuLowering(Lowering):
             rest = b.udiv(rest, count)
             lo = b.add(ll.Constant(V.I64, loop.first), b.mul(digit, ll.Constant(V.I64, loop.step)))
             bounds[2 * n], bounds[2 * n + 1] = lo, b.add(lo, ll.Constant(V.I64, 1))
-        b.call(phase_fn, list(fn.args) + bounds)
+        b.call(phase_fn, args + bounds)
         b.branch(done)
         b.position_at_end(done)
-        b.ret_void()
+
+    def emit_emulation(self) -> None:
+        """For testing the mapping on a CPU: `tl_emulate_phase<n>(tensors..., error)` runs every
+        thread of phase n's grid (blocks x block, the idle ones too) one after the other."""
+        for grid, phase_fn in zip(self.mapping.phases, self.phase_functions):
+            tensor_types = [a.type for a in phase_fn.args[: len(self.layout.tensors)]]
+            ty = ll.FunctionType(ll.VoidType(), tensor_types + [V.I64.as_pointer()])
+            fn = ll.Function(self.module, ty, f"tl_emulate_phase{grid.index}")
+            b = ll.IRBuilder(fn.append_basic_block("entry"))
+            pre = b.block
+            header = fn.append_basic_block("thread")
+            b.branch(header)
+            b.position_at_end(header)
+            gid = b.phi(V.I64, "gid")
+            gid.add_incoming(ll.Constant(V.I64, 0), pre)
+            self._run_thread(b, fn, grid, phase_fn, list(fn.args), gid)
+            nxt = b.add(gid, ll.Constant(V.I64, 1))
+            gid.add_incoming(nxt, b.block)
+            exit_ = fn.append_basic_block("exit")
+            b.cbranch(b.icmp_unsigned("<", nxt, ll.Constant(V.I64, grid.blocks * grid.block)), header, exit_)
+            b.position_at_end(exit_)
+            b.ret_void()
 
     # ------------------------------------------------------------------ math on the GPU
 
@@ -174,3 +221,10 @@ def lower_to_nvptx(
 ) -> ll.Module:
     """The plan's NVPTX module: one ptx_kernel entry per phase, named tl_<def>_phase<n>."""
     return GpuLowering(plan, mapping, new_calling_convention=new_calling_convention).run()
+
+
+def lower_for_emulation(plan: KernelPlan, mapping: GridMapping) -> ll.Module:
+    """A host module with the same phase bodies and thread-to-iteration arithmetic, whose
+    `tl_emulate_phase<n>(tensors..., error)` runs every thread of phase n's grid in turn: how
+    the tests check the mapping against NumPy on a machine without a GPU."""
+    return GpuLowering(plan, mapping, emulate=True).run()

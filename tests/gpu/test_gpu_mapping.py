@@ -1,0 +1,129 @@
+"""target="cuda": the grid mapping's decisions (inspect("plan")) and a CPU emulation of the mapped
+grid (the same phase bodies and thread → iteration arithmetic, run thread by thread on the host)
+checked against NumPy."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from codegen.gpu.lower import lower_for_emulation
+from codegen.lowering.abi import kernel_layout
+from polyhedral.sizes import compile_size_expr
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+SOFTMAX = (
+    "def sm(float(N,D) X) -> (Y) {\n  mx(n) max=! X(n,d)\n  e(n,d) = exp(X(n,d) - mx(n))\n  s(n) +=! e(n,d)\n"
+    "  Y(n,d) = e(n,d) / s(n)\n}"
+)
+SUM = "def total(float(N) a) -> (t) { t +=! a(i) }"
+ADD2D = "def add(float(M,N) a, float(M,N) b) -> (c) { c(i,j) = a(i,j) + b(i,j) }"
+ATAX = "def atax(float(M,N) A, float(N) x) -> (y) {\n  t(i) +=! A(i,j) * x(j)\n  y(j) +=! A(i,j) * t(i)\n}"
+GATHER = "def emb(float(V,E) T, int32(B) I) -> (O) { O(b,e) = T(I(b), e) }"
+
+
+def plan_lines(src: str, sizes: dict) -> list[str]:
+    text = tl.compile(src, target="cuda").inspect("plan", sizes=sizes)
+    assert "// target cuda" in text
+    return [line for line in text.splitlines() if line.startswith("// cuda phase")]
+
+
+def test_elementwise_2d_maps_both_loops_stride1_fastest() -> None:
+    (line,) = plan_lines(ADD2D, {"M": 30, "N": 70})
+    assert "one thread per c0[30] x c1[70] = 2100 threads" in line
+    assert "c1 varies fastest (stride-1 dimension of c: coalesced)" in line
+    assert "grid 9 x 256" in line
+
+
+def test_matmul_init_2d_body_one_thread_per_row() -> None:
+    init, body = plan_lines(MATMUL, {"M": 64, "K": 32, "N": 48})
+    assert "(I0)" in init and "c0[64] x c1[48]" in init
+    # the schedule puts the reduction k between m and n: only m is mapped, k and n run in the thread
+    assert (
+        "(S0)" in body and "one thread per c0[64] = 64 threads" in body and "inner loops sequential" in body
+    )
+
+
+def test_fused_softmax_one_thread_per_row() -> None:
+    (line,) = plan_lines(SOFTMAX, {"N": 100, "D": 33})
+    assert "one thread per c0[100]" in line and "grid 1 x 128" in line
+
+
+def test_reduction_over_the_outer_loop_is_single_thread() -> None:
+    lines = plan_lines(SUM, {"N": 1000})
+    assert any("single thread (grid 1 x 1)" in line and "carries a dependence" in line for line in lines)
+
+
+# ---------------------------------------------------------------------------- CPU emulation
+
+
+def emulate(src: str, sizes: dict, inputs: dict) -> dict[str, np.ndarray]:
+    kernel = tl.compile(src, target="cuda")
+    plan, mapping = kernel.plan(sizes)
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    ref = llvm.parse_assembly(str(lower_for_emulation(plan, mapping)))
+    ref.verify()
+    engine = llvm.create_mcjit_compiler(ref, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    arrays = {}
+    for t in plan.program.tensors:
+        shape = tuple(compile_size_expr(d)(sizes) for d in t.shape)
+        given = inputs.get(t.name)
+        arrays[t.name] = (
+            np.ascontiguousarray(given)
+            if given is not None
+            else np.zeros(shape, np.dtype(t.dtype.numpy_name))
+        )
+    layout = kernel_layout(plan.scop)
+    error = np.zeros(4, np.int64)
+    args = [arrays[n].ctypes.data for n in layout.tensors] + [error.ctypes.data]
+    proto = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * len(args))
+    for grid in mapping.phases:
+        proto(engine.get_function_address(f"tl_emulate_phase{grid.index}"))(*args)
+    assert not error.any(), error
+    del engine
+    return {t.name: arrays[t.name] for t in plan.program.outputs}
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed + len(shape)).uniform(-1, 1, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("sizes", [{"M": 17, "K": 5, "N": 23}, {"M": 1, "K": 1, "N": 1}])
+def test_emulated_matmul(sizes) -> None:
+    A, B = rand(sizes["M"], sizes["K"]), rand(sizes["K"], sizes["N"], seed=1)
+    np.testing.assert_allclose(emulate(MATMUL, sizes, {"A": A, "B": B})["C"], A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_emulated_elementwise_2d_odd_sizes() -> None:
+    a, b = rand(13, 37), rand(13, 37, seed=3)
+    np.testing.assert_array_equal(emulate(ADD2D, {"M": 13, "N": 37}, {"a": a, "b": b})["c"], a + b)
+
+
+def test_emulated_softmax() -> None:
+    X = rand(9, 31)
+    e = np.exp(X - X.max(1, keepdims=True))
+    np.testing.assert_allclose(
+        emulate(SOFTMAX, {"N": 9, "D": 31}, {"X": X})["Y"], e / e.sum(1, keepdims=True), rtol=1e-5
+    )
+
+
+def test_emulated_atax_and_sum() -> None:
+    A, x = rand(21, 19), rand(19, seed=5)
+    np.testing.assert_allclose(
+        emulate(ATAX, {"M": 21, "N": 19}, {"A": A, "x": x})["y"], A.T @ (A @ x), rtol=1e-4, atol=1e-5
+    )
+    a = rand(1000)
+    np.testing.assert_allclose(emulate(SUM, {"N": 1000}, {"a": a})["t"], a.sum(), rtol=1e-4)
+
+
+def test_emulated_gather() -> None:
+    T, index = rand(50, 8), np.array([3, 0, 49, 7, 7], np.int32)
+    np.testing.assert_array_equal(
+        emulate(GATHER, {"V": 50, "E": 8, "B": 5}, {"T": T, "I": index})["O"], T[index]
+    )
