@@ -3,8 +3,10 @@
 The isl scheduler finds legal, permutable bands but knows nothing of strides or vectors. In a
 permutable band every member order is legal, so we choose one: members that access memory with
 stride 1 go innermost (Pluto's intra-tile score: spatial reuse 2, temporal reuse 4, strided
-access −16), parallel (coincident) members outermost, the rest (reductions) in between. Then
-optional rectangular tiling and unroll-and-jam.
+access −16), parallel (coincident) members outermost, the rest (reductions) in between. A
+skewed member (the isl scheduler skews time recurrences to (t, t + i, t + j)) is scored by the
+step it takes in the statement's variables (the inverse of the band's matrix), so jacobi runs
+its time step outermost and j innermost. Then optional rectangular tiling and unroll-and-jam.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import islpy as isl
+import sympy
 
 from polyhedral import Scop, StatementKind
 from tensorlang import ir
@@ -61,17 +64,19 @@ def _pw_affs(upa: isl.UnionPwAff) -> list[isl.PwAff]:
     return items
 
 
-def _access_score(scop: Scop, statement: str, var: str) -> int:
-    """Pluto's spatial/temporal score of running `var` innermost for one statement."""
+def _access_score(scop: Scop, statement: str, var: str | dict[str, int]) -> int:
+    """Pluto's spatial/temporal score of running `var` innermost for one statement; `var` may
+    be a direction, the step of each index variable per iteration (a skewed band's member)."""
     stmt = scop.statement(statement)
     st = stmt.statement
     subscript_lists: list[tuple[ir.Expr, ...]] = [st.lhs]
     if stmt.kind is StatementKind.BODY:
         subscript_lists += [a.read.indices for a in stmt.reads if a.read is not None]
+    step = var if isinstance(var, dict) else {var: 1}
     score = 0
     for subscripts in subscript_lists:
         forms = [ir.affine_form(s) for s in subscripts]
-        coeffs = [f.coeff(var) if f is not None else None for f in forms]
+        coeffs = [sum(f.coeff(v) * k for v, k in step.items()) if f is not None else None for f in forms]
         if any(c is None for c in coeffs):
             score -= 16  # a gather: assume the worst
         elif all(c == 0 for c in coeffs):
@@ -90,14 +95,64 @@ def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
         # loops around GEMM calls: each iteration is a whole call, so strides do not matter;
         # parallel loops go outermost so that threads get whole calls
         return sorted(range(n), key=lambda m: not node.band_member_get_coincident(m))
+    directions = _member_directions(scop, node) if any(not m for m in members) else None
     scores = []
     for m in range(n):
         vars_ = members[m]
-        scores.append(sum(_access_score(scop, s, v) for s, v in vars_.items()) if vars_ else -(10**6))
+        if vars_:
+            scores.append(sum(_access_score(scop, s, v) for s, v in vars_.items()))
+        elif directions is not None:  # a skewed member (t + j): score the step it takes
+            scores.append(sum(_access_score(scop, s, d[m]) for s, d in directions.items()))
+        else:
+            scores.append(-(10**6))
     inner = max(range(n), key=lambda m: (scores[m], m))
     coincident = [m for m in range(n) if m != inner and node.band_member_get_coincident(m)]
     others = [m for m in range(n) if m != inner and not node.band_member_get_coincident(m)]
+    # of the sequential members, a plain variable (a time step) before skewed ones: a time tile
+    # then runs its steps in order, each over a wavefront of the space loops
+    others.sort(key=lambda m: not members[m])
     return coincident + others + [inner]
+
+
+def _member_directions(scop: Scop, node: isl.ScheduleNode) -> dict[str, list[dict[str, int]]] | None:
+    """Per statement, per band member: the step of the statement's index variables that
+    advances that member by one with the others fixed (the columns of the inverse of the band's
+    matrix). None unless the band is square and unimodular on every statement's variables."""
+    mupa = node.band_get_partial_schedule()
+    n = node.band_n_member()
+    rows: dict[str, list[list[int]]] = {}
+    for m in range(n):
+        for pa in _pw_affs(mupa.get_at(m)):
+            name = pa.get_domain_space().get_tuple_name(isl.dim_type.set)
+            if not pa.isa_aff():
+                return None
+            aff = pa.as_aff()
+            coeffs = []
+            for d in range(aff.dim(isl.dim_type.in_)):
+                val = aff.get_coefficient_val(isl.dim_type.in_, d)
+                if not val.is_int():
+                    return None
+                coeffs.append(int(val.to_python()))
+            rows.setdefault(name, []).append(coeffs)
+    out: dict[str, list[dict[str, int]]] = {}
+    for name, matrix in rows.items():
+        try:
+            variables = scop.statement(name).index_vars
+        except KeyError:
+            return None
+        if len(matrix) != n:
+            return None
+        used = [d for d in range(len(variables)) if any(row[d] for row in matrix)]
+        if len(used) != n:
+            return None
+        square = sympy.Matrix([[row[d] for d in used] for row in matrix])
+        if abs(square.det()) != 1:
+            return None
+        inverse = square.inv()
+        out[name] = [
+            {variables[used[i]]: int(inverse[i, m]) for i in range(n) if inverse[i, m]} for m in range(n)
+        ]
+    return out
 
 
 def _permute_band(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:

@@ -1,0 +1,57 @@
+"""Loop order in skewed bands (scheduler/postpass.py): a time recurrence's band, which the isl
+scheduler skews ((t, t + i, t + j)), runs its time step outermost and the member that moves the
+stride-1 dimension innermost, instead of the time step innermost (1 GFLOP/s on jacobi-2d)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+import tensorlang as tl
+
+JACOBI = """
+def jacobi(float(N, M) A) -> (O) {
+  B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
+  B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
+               ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1))
+               : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
+  O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
+}"""
+
+
+def _jacobi(a: np.ndarray, steps: int) -> np.ndarray:
+    b = a.copy()
+    for _ in range(steps - 1):
+        c = b.copy()
+        c[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[:-2, 1:-1] + b[2:, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:])
+        b = c
+    return b
+
+
+def test_the_stride_one_member_goes_innermost():
+    loops = tl.compile(JACOBI, options=tl.Options(threads=1)).inspect(
+        "loops", sizes={"N": 40, "M": 40, "T": 6}
+    )
+    lines = loops.splitlines()
+    (s1,) = [n for n, line in enumerate(lines) if line.rstrip().endswith("// S1")]
+    loop_vars = [m.group(1) for line in lines[:s1] for m in [re.search(r"for \(int64 (c\d+) =", line)] if m]
+    inner = loop_vars[-1]
+    write = re.match(r"\s*B\[(.*?)\]\[(.*?)\]\[(.*?)\] =", lines[s1])
+    time, row, column = write.groups()
+    assert inner in column and inner not in time and inner not in row  # stride 1 along j
+    outer_of_band = loop_vars[-3]
+    assert time.strip() == outer_of_band  # the time step outermost in the band
+
+
+def test_reordered_recurrence_matches_numpy_and_the_reference():
+    r = np.random.default_rng(7)
+    for n, m, steps in ((1, 1, 1), (3, 5, 2), (13, 11, 7), (37, 29, 5)):
+        a = r.standard_normal((n, m)).astype(np.float32)
+        want = _jacobi(a, steps)
+        for options in (tl.Options(threads=1), tl.Options(threads=2), tl.Options(tile=(4, 8, 16))):
+            np.testing.assert_allclose(
+                tl.compile(JACOBI, options=options)(a, T=steps), want, rtol=1e-5, atol=1e-5
+            )
+        reference = tl.compile(JACOBI, options=tl.Options(optimize=False))(a, T=steps)
+        np.testing.assert_allclose(reference, want, rtol=1e-5, atol=1e-5)
