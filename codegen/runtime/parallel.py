@@ -183,6 +183,34 @@ class _Teams:
 _teams = _Teams()
 
 
+_libc_getcpu = None
+
+
+def _current_cpu() -> int:
+    """The core the calling thread runs on (-1 when unknown)."""
+    global _libc_getcpu
+    if _libc_getcpu is None:
+        try:
+            import ctypes
+
+            _libc_getcpu = ctypes.CDLL(None).sched_getcpu
+        except (OSError, AttributeError):
+            _libc_getcpu = lambda: -1  # noqa: E731
+    return _libc_getcpu()
+
+
+def _move_off(cpu: int) -> None:
+    """If the calling thread runs on `cpu`, move it to another core it may use. A woken pool
+    thread is often put on the core of the thread that woke it, which then runs its own piece
+    there: both would share one core until the scheduler balances (tens of milliseconds)."""
+    if cpu < 0 or _current_cpu() != cpu or not hasattr(os, "sched_setaffinity"):
+        return
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) > 1 and cpu in allowed:
+        os.sched_setaffinity(0, allowed - {cpu})  # migrates now
+        os.sched_setaffinity(0, allowed)
+
+
 class _Claims:
     """The [lo, hi) parts of one phase's loop that its pieces take in turn: iterating gives the
     parts nobody has taken yet, one at a time (thread-safe)."""
@@ -220,8 +248,13 @@ class _Watch:
         self._cond = threading.Condition(threading.Lock())
         self._inside = 0
 
-    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges) -> Future:
-        return executor.submit(self.run, entry, args, ranges)
+    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges, away: int = -1) -> Future:
+        """Run the piece on a pool thread, first moved off core `away` (the caller's) if on it."""
+        return executor.submit(self._pooled, entry, args, ranges, away)
+
+    def _pooled(self, entry, args: tuple, ranges, away: int) -> int:
+        _move_off(away)
+        return self.run(entry, args, ranges)
 
     def run(self, entry, args: tuple, ranges) -> int:
         """Run the piece: one call per [lo, hi) of `ranges` (a list, or _Claims shared with the
@@ -385,7 +418,8 @@ def _run_phases(
                  claims if claims is not None else _ranges(plan, lo, hi))
                 for err, lo, hi, ws in calls
             ]  # fmt: skip
-            futures = [watch.submit(pool, *job) for job in (jobs[1:] if inline else jobs)]
+            here = _current_cpu() if inline else -1
+            futures = [watch.submit(pool, *job, here) for job in (jobs[1:] if inline else jobs)]
             first = [watch.run(*jobs[0])] if inline else []
             codes = first + watch.results(futures)
         except BaseException:

@@ -183,3 +183,19 @@ def test_dynamic_parts_are_each_run_once_and_a_late_thread_takes_fewer():
     seen.clear()
     code, _ = run_phases(failing, lambda ws: 0, 0, (plan,), 2, Workspaces(0))
     assert code == 7 and len(seen) <= 2  # a failed part stops the others from taking more
+
+
+def test_a_pool_thread_on_the_callers_core_moves_off_it_and_keeps_its_affinity():
+    import os
+
+    from codegen.runtime.parallel import _current_cpu, _move_off
+
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2 or _current_cpu() < 0:
+        pytest.skip("needs two cores and sched_getcpu")
+    allowed = os.sched_getaffinity(0)
+    here = _current_cpu()
+    _move_off(here)
+    assert _current_cpu() != here
+    assert os.sched_getaffinity(0) == allowed
+    _move_off(-1)  # unknown core: nothing happens
+    assert os.sched_getaffinity(0) == allowed
