@@ -51,7 +51,7 @@ POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal ha
 # late (its core busy, or woken onto the core of the thread that woke it) then takes fewer
 # parts instead of holding the whole call up; each part is one more call (a few µs)
 DYNAMIC_WORK = 1 << 22
-DYNAMIC_PARTS = 4
+DYNAMIC_PARTS = 2
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
