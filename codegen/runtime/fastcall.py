@@ -16,6 +16,7 @@ without initialisation (that warns on every call) get one: the behaviour is the 
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,6 +46,10 @@ class FastCall:
     allocations: tuple[tuple[int, tuple[int, ...], np.dtype], ...]  # (slot, shape, dtype), outputs first
     outputs: tuple[str, ...]  # the outputs' names, in the def's order
 
+    @functools.cached_property
+    def output_names(self) -> frozenset[str]:
+        return frozenset(self.outputs)
+
     def run(self, inputs: Sequence[np.ndarray], out: object) -> tuple[int, np.ndarray, object] | None:
         """Run the kernel into `out` (as `out=` takes it), allocating the other outputs:
         (status code, error details, the result as __call__ returns it). None, having run
@@ -67,8 +72,9 @@ class FastCall:
             else:  # a caller's array: memory bounds against every input and earlier output
                 start = address(array)
                 stop = start + array.nbytes
-                if any(start < other_stop and other_start < stop for other_start, other_stop in spans):
-                    return None
+                for other_start, other_stop in spans:  # (a loop: cheaper than any() here)
+                    if start < other_stop and other_start < stop:
+                        return None
                 spans.append((start, stop))
             addresses[slot] = start
             made.append(array)
@@ -78,24 +84,22 @@ class FastCall:
         result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])
         return code, error, result
 
-    def _out_arrays(self, out: object) -> list | None:
+    def _out_arrays(self, out: object) -> list | tuple | None:
         """One array or None per allocation (outputs, then temporaries), or None when `out`
         holds something the fast path does not take."""
-        count = len(self.outputs)
-        extra = [None] * (len(self.allocations) - count)
         if out is None:
-            return [None] * count + extra
-        if isinstance(out, np.ndarray):
-            arrays = [out]
-        elif isinstance(out, dict):
-            if not out.keys() <= set(self.outputs):
+            return self.nothing_given
+        if type(out) is dict:
+            if not out.keys() <= self.output_names:
                 return None
             arrays = [out.get(name) for name in self.outputs]
+        elif type(out) is np.ndarray:
+            arrays = [out]
         elif isinstance(out, list | tuple):
             arrays = list(out)
         else:
             return None
-        if len(arrays) != count:
+        if len(arrays) != len(self.outputs):
             return None
         for array, (_, shape, dtype) in zip(arrays, self.allocations):
             if array is not None and (
@@ -106,7 +110,15 @@ class FastCall:
                 or not array.flags.writeable
             ):
                 return None
-        return arrays + extra
+        return arrays + self.temporaries_given
+
+    @functools.cached_property
+    def nothing_given(self) -> tuple[None, ...]:
+        return (None,) * len(self.allocations)
+
+    @functools.cached_property
+    def temporaries_given(self) -> list[None]:
+        return [None] * (len(self.allocations) - len(self.outputs))
 
 
 def fast_call(

@@ -21,7 +21,6 @@ start methods alike.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
@@ -319,6 +318,9 @@ def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     return chunks((lo, hi, step), parts)
 
 
+_inline_error = threading.local()
+
+
 def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
     """Whether run_phases runs every phase on the calling thread whatever the thread count:
     each phase below MIN_PARALLEL_WORK, the whole below WATCHED_WORK (an interrupt is then
@@ -329,8 +331,13 @@ def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
 def run_inline(entry, buffers: int, params: int, plans: tuple[PhasePlan, ...]) -> tuple[int, np.ndarray]:
     """run_phases for plans that `runs_inline` and a kernel without scratch memory, minus the
     bookkeeping: a cached call of a small kernel is a few microseconds."""
-    error = np.zeros(4, dtype=np.int64)
-    error_ptr = ctypes.addressof(ctypes.c_char.from_buffer(error))  # a third of .ctypes.data's cost
+    # one error record per thread, reused: the kernel writes it only when it returns an error,
+    # and the caller reads it before this thread calls again
+    record = getattr(_inline_error, "record", None)
+    if record is None:
+        error = np.zeros(4, dtype=np.int64)
+        record = _inline_error.record = (error, error.ctypes.data)
+    error, error_ptr = record
     for plan in plans:
         code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, 0, _NEVER_ADDRESS)
         if code:
