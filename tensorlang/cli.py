@@ -63,7 +63,10 @@ def _emit_parser() -> argparse.ArgumentParser:
 
 def _add_target_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--target", choices=TARGETS, default="cpu", help="cpu (default) or cuda (PTX through LLVM's NVPTX back end)"
+        "--target",
+        choices=TARGETS,
+        default="cpu",
+        help="cpu (default) or cuda (PTX through LLVM's NVPTX back end)",
     )
 
 
@@ -392,7 +395,9 @@ def _tune(argv: Sequence[str]) -> int:
                 data = db.export()
                 with open(args.export, "w", encoding="utf-8") as f:
                     json.dump(data, f, indent=1)
-                print(f"exported {len(data['programs'])} programs, {len(data['trials'])} trials to {args.export}")
+                print(
+                    f"exported {len(data['programs'])} programs, {len(data['trials'])} trials to {args.export}"
+                )
             if args.list:
                 print(f"{db.path}")
                 for row in db.programs():
