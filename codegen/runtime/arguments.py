@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -306,3 +307,36 @@ def _bytes_text(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.3g} {unit}"
     return f"{nbytes} bytes"
+
+
+def bind_keyword_sizes(
+    program: ir.Program, bound: dict[str, int], given: Mapping[str, object]
+) -> dict[str, int]:
+    """The sizes the inputs bound, with those given by keyword: each must be a size of the
+    def, a non-negative integer within int32, and agree with the inputs where they give it
+    too; every size must end up with a value."""
+    for name, value in given.items():
+        if name not in program.sizes:
+            valid = ", ".join(program.sizes) or "none"
+            raise ArgumentError(f"{program.name}: {name}= is not a size of the def (its sizes: {valid})")
+        try:
+            number = operator.index(value)  # ints and NumPy integers; not floats or bools
+        except TypeError:
+            number = None
+        if (
+            number is None or isinstance(value, bool) or not 0 <= number < 2**31
+        ):  # int32 index bounds, as input dimensions
+            raise ArgumentError(f"{program.name}: size {name} must be an integer in [0, 2^31), got {value!r}")
+        if name in bound and bound[name] != number:
+            raise ArgumentError(
+                f"{program.name}: {name}={number} but the input shapes give {name} = {bound[name]}"
+            )
+        bound[name] = number
+    missing = [s for s in program.sizes if s not in bound]
+    if missing:
+        raise ArgumentError(
+            f"{program.name}: no input's shape gives the size{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}: pass {'them' if len(missing) > 1 else 'it'} by keyword, "
+            f"as in k(..., {missing[0]}=8)"
+        )
+    return bound

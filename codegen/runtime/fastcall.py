@@ -148,3 +148,34 @@ def fast_call(
         allocations,
         tuple(n for n, _, _ in outputs),
     )
+
+
+def signature(inputs: Sequence[object], dtypes: Sequence[np.dtype]) -> tuple | None:
+    """The input shapes, when every input is a C-contiguous NumPy array of its declared dtype:
+    the key of a kernel's FastCalls."""
+    if len(inputs) != len(dtypes):
+        return None
+    key = []
+    for value, dtype in zip(inputs, dtypes):
+        if type(value) is not np.ndarray or value.dtype != dtype or not value.flags.c_contiguous:
+            return None
+        key.append(value.shape)
+    return tuple(key)
+
+
+def for_call(spec: Specialisation, interface, sizes, shapes) -> FastCall | None:
+    """The FastCall of a call that just ran through the full path (None where it needs that
+    path: see fast_call; also for `+=` without `!`, which warns or zeroes on every call)."""
+    if interface.uninitialised:
+        return None
+
+    def described(tensors):
+        return [(t.name, shapes[t.name], np.dtype(t.dtype.numpy_name)) for t in tensors]
+
+    return fast_call(
+        spec,
+        tuple(sizes[s] for s in interface.sizes),
+        [t.name for t in interface.inputs],
+        described(interface.outputs),
+        described(interface.temporaries),
+    )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import operator
 import threading
 import warnings
 from collections import OrderedDict
@@ -18,7 +17,8 @@ from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
 from ..options import Options
 from . import arguments as args_
-from . import fastcall, messages, specialise, warm
+from . import fastcall, inspection, messages, specialise, warm
+from .inspection import STAGES  # noqa: F401 (the stage names, public here since 0.1)
 from .interface import Interface, interface_of
 from .parallel import renew_after_fork, run_phases
 from .specialise import Specialisation
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
     from ..lowering.jit import MachineCode
     from ..planning.plan import KernelPlan
-
-STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "asm")
 
 
 @dataclass(frozen=True)
@@ -179,7 +177,7 @@ class Kernel:
     def __call__(self, *inputs: object, out: object = None, **keyword_sizes: int):
         """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
-        fast = None if keyword_sizes else self._fast.get(self._fast_key(inputs))
+        fast = None if keyword_sizes else self._fast.get(fastcall.signature(inputs, self._input_dtypes))
         ran = fast.run(inputs, out) if fast is not None else None
         if ran is not None:  # a signature that passed every check before: few steps
             with self._cache_lock:  # a call keeps its machine code the most recently used
@@ -196,7 +194,9 @@ class Kernel:
                 f"{program.name}: expected {len(program.inputs)} inputs ({names}) but found {len(inputs)}"
             )
         arrays = [args_.as_input_array(v, t, program) for v, t in zip(inputs, program.inputs)]
-        sizes = self._keyword_sizes(args_.bind_sizes(program, arrays, self._input_dims), keyword_sizes)
+        sizes = args_.bind_keyword_sizes(
+            program, args_.bind_sizes(program, arrays, self._input_dims), keyword_sizes
+        )
         shapes = self._shapes(sizes)
         requested = args_.normalise_out(program, out)
         buffers = {
@@ -208,7 +208,7 @@ class Kernel:
         storage: dict[str, np.ndarray] = {t.name: a for t, a in zip(program.inputs, arrays)}
         for name, order in spec.layouts.items():  # GEMM operands with no unit stride: relayout once
             storage[name] = np.ascontiguousarray(storage[name].transpose(order))
-        shared_views = self._shared_views(spec, shapes)
+        shared_views = specialise.shared_views(spec, self.interface, shapes)
         for t in program.outputs + program.temporaries:
             if t.name in buffers:
                 storage[t.name] = buffers[t.name].work
@@ -237,41 +237,13 @@ class Kernel:
             else storage[t.name]
             for t in program.outputs
         )
-        if not keyword_sizes and all(a is v for a, v in zip(arrays, inputs)):
-            self._remember_fast(inputs, spec, sizes, shapes)
-        return results[0] if len(results) == 1 else results
-
-    def _fast_key(self, inputs: tuple) -> tuple | None:
-        """The input shapes, when every input is a C-contiguous NumPy array of its declared dtype."""
-        if len(inputs) != len(self._input_dtypes):
-            return None
-        key = []
-        for value, dtype in zip(inputs, self._input_dtypes):
-            if type(value) is not np.ndarray or value.dtype != dtype or not value.flags.c_contiguous:
-                return None
-            key.append(value.shape)
-        return tuple(key)
-
-    def _remember_fast(self, inputs: tuple, spec: Specialisation, sizes: Mapping[str, int], shapes) -> None:
-        key = self._fast_key(inputs)
-        if key is None or self._uninitialised:  # `+=` without `!` warns or zeroes on every call
-            return
-        program = self.interface
-
-        def described(tensors):
-            return [(t.name, shapes[t.name], np.dtype(t.dtype.numpy_name)) for t in tensors]
-
-        fast = fastcall.fast_call(
-            spec,
-            tuple(sizes[s] for s in program.sizes),
-            [t.name for t in program.inputs],
-            described(program.outputs),
-            described(program.temporaries),
-        )
-        if fast is not None:
+        key = None if keyword_sizes else fastcall.signature(inputs, self._input_dtypes)
+        if key is not None and all(a is v for a, v in zip(arrays, inputs)):
+            fast = fastcall.for_call(spec, program, sizes, shapes)
             with self._cache_lock:
-                if any(s is spec for s in self._cache.values()):  # not evicted meanwhile
+                if fast is not None and any(s is spec for s in self._cache.values()):  # not evicted
                     self._fast[key] = fast
+        return results[0] if len(results) == 1 else results
 
     # ------------------------------------------------------------------ shapes without a call
 
@@ -289,56 +261,10 @@ class Kernel:
                     f"{program.name}: input {t.name} has {t.rank} dimensions, not shape {tuple(shape)}"
                 )
         shaped = [np.broadcast_to(np.empty((), np.uint8), tuple(shape)) for shape in input_shapes]
-        shapes = self._shapes(self._keyword_sizes(args_.bind_sizes(program, shaped, self._input_dims), {}))
+        shapes = self._shapes(
+            args_.bind_keyword_sizes(program, args_.bind_sizes(program, shaped, self._input_dims), {})
+        )
         return tuple(shapes[t.name] for t in program.outputs)
-
-    def _keyword_sizes(self, bound: dict[str, int], given: Mapping[str, object]) -> dict[str, int]:
-        """The sizes the inputs bound, with those given by keyword: each must be a size of the
-        def, a non-negative integer within int32, and agree with the inputs where they give it
-        too; every size must end up with a value."""
-        program = self.interface
-        for name, value in given.items():
-            if name not in program.sizes:
-                valid = ", ".join(program.sizes) or "none"
-                raise ArgumentError(f"{program.name}: {name}= is not a size of the def (its sizes: {valid})")
-            try:
-                number = operator.index(value)  # ints and NumPy integers; not floats or bools
-            except TypeError:
-                number = None
-            if (
-                number is None or isinstance(value, bool) or not 0 <= number < 2**31
-            ):  # int32 index bounds, as input dimensions
-                raise ArgumentError(
-                    f"{program.name}: size {name} must be an integer in [0, 2^31), got {value!r}"
-                )
-            if name in bound and bound[name] != number:
-                raise ArgumentError(
-                    f"{program.name}: {name}={number} but the input shapes give {name} = {bound[name]}"
-                )
-            bound[name] = number
-        missing = [s for s in program.sizes if s not in bound]
-        if missing:
-            raise ArgumentError(
-                f"{program.name}: no input's shape gives the size{'s' if len(missing) > 1 else ''} "
-                f"{', '.join(missing)}: pass {'them' if len(missing) > 1 else 'it'} by keyword, "
-                f"as in k(..., {missing[0]}=8)"
-            )
-        return bound
-
-    def _shared_views(self, spec: Specialisation, shapes) -> dict[str, np.ndarray]:
-        sizes_of = {}
-        for name, slot in spec.sharing.items():
-            t = self.interface.tensor(name)
-            nbytes = int(np.prod(shapes[name], dtype=np.int64)) * np.dtype(t.dtype.numpy_name).itemsize
-            sizes_of[slot] = max(sizes_of.get(slot, 0), nbytes)
-        slots = {slot: np.empty(max(1, n), dtype=np.uint8) for slot, n in sizes_of.items()}
-        views = {}
-        for name, slot in spec.sharing.items():
-            t = self.interface.tensor(name)
-            dtype = np.dtype(t.dtype.numpy_name)
-            count = int(np.prod(shapes[name], dtype=np.int64))
-            views[name] = slots[slot][: count * dtype.itemsize].view(dtype).reshape(shapes[name])
-        return views
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         """Output and temporary shapes for these sizes, after checking the call-time requirements
@@ -570,34 +496,4 @@ class Kernel:
 
     def inspect(self, stage: str, sizes: Mapping[str, int] | None = None) -> str:
         """The text of one compilation stage; with `sizes`, of the code specialised to them."""
-        if stage not in STAGES:
-            raise TensorLangError(f"unknown stage {stage!r}; stages are {', '.join(STAGES)}")
-        if sizes is not None:
-            missing = [s for s in self.interface.sizes if s not in sizes]
-            if missing:
-                raise TensorLangError(f"inspect: sizes= lacks {', '.join(missing)}")
-            self._shapes(sizes)  # sizes the call would reject (ArgumentError) are not planned either
-        if stage == "ast":
-            return self._compiled_stages().syntax_text
-        if stage == "ir":
-            return str(self.program)
-        if stage == "scop":
-            return str(self.scop)
-        if stage == "deps":
-            return str(self.scop.dependences)
-        if stage == "schedule":
-            return str(self.schedule)
-        if stage == "graph":
-            return self.schedule.graph_text()
-        plan = self._plan(sizes)
-        if stage == "plan":
-            return str(plan)
-        if stage == "loops":
-            return plan.loops()
-        from ..lowering.jit import assembly_of, optimise
-        from ..lowering.lower import lower_to_llvm
-
-        module, _ = lower_to_llvm(plan)
-        if stage == "llvm":
-            return str(optimise(module, vectorize=plan.vectorize))
-        return assembly_of(module)
+        return inspection.stage_text(self, stage, sizes)

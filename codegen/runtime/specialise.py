@@ -97,3 +97,20 @@ def recorded_code(record: CallRecord, ir_text: Callable[[], str]) -> MachineCode
         return jit_object(entry[0], ir_text)
     except RuntimeError:  # LLVM rejected it: the caller compiles again (and overwrites it)
         return None
+
+
+def shared_views(spec: Specialisation, interface, shapes) -> dict[str, np.ndarray]:
+    """Views of one allocation per shared slot for the temporaries `spec.sharing` assigns to
+    it (temporaries whose lifetimes never overlap), each sized for the largest of its tenants."""
+    sizes_of: dict[int, int] = {}
+    for name, slot in spec.sharing.items():
+        t = interface.tensor(name)
+        nbytes = int(np.prod(shapes[name], dtype=np.int64)) * np.dtype(t.dtype.numpy_name).itemsize
+        sizes_of[slot] = max(sizes_of.get(slot, 0), nbytes)
+    slots = {slot: np.empty(max(1, n), dtype=np.uint8) for slot, n in sizes_of.items()}
+    views = {}
+    for name, slot in spec.sharing.items():
+        dtype = np.dtype(interface.tensor(name).dtype.numpy_name)
+        count = int(np.prod(shapes[name], dtype=np.int64))
+        views[name] = slots[slot][: count * dtype.itemsize].view(dtype).reshape(shapes[name])
+    return views
