@@ -24,3 +24,19 @@ def cache_size(level: int) -> int:
     except (OSError, ValueError):
         pass
     return _DEFAULTS.get(level, 1 << 20)
+
+
+@functools.cache
+def cache_ways(level: int) -> int:
+    """Associativity of the data (or unified) cache at `level` of one core; 8 when unknown."""
+    try:
+        for index in sorted(_CACHE_DIR.glob("index*")):
+            if int((index / "level").read_text()) != level:
+                continue
+            if (index / "type").read_text().strip() not in ("Data", "Unified"):
+                continue
+            ways = int((index / "ways_of_associativity").read_text())
+            return ways if ways > 0 else 8
+    except (OSError, ValueError):
+        pass
+    return 8

@@ -25,6 +25,7 @@ PINNED_CACHES = {1: 48 << 10, 2: 2 << 20, 3: 32 << 20}  # bytes per level, as on
 @pytest.fixture
 def pinned_host(monkeypatch):
     monkeypatch.setattr(scheduler.postpass, "cache_size", PINNED_CACHES.__getitem__)
+    monkeypatch.setattr(scheduler.postpass, "cache_ways", lambda level: 12)  # a 12-way L1d
     monkeypatch.setattr(codegen.host.blocking, "cache_size", PINNED_CACHES.__getitem__)
     monkeypatch.setattr(codegen.host.blocking, "host_has_avx512", lambda: True)
 
