@@ -9,34 +9,37 @@ _CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 _DEFAULTS = {1: 32 << 10, 2: 1 << 20, 3: 8 << 20}
 
 
-@functools.cache
-def cache_size(level: int) -> int:
-    """Bytes of the data (or unified) cache at `level` of one core; a default when unknown."""
+def _cache_fact(level: int, name: str) -> str | None:
+    """The text of `/sys/.../cache/index*/<name>` for the data (or unified) cache at `level`
+    of one core, or None when /sys does not say."""
     try:
         for index in sorted(_CACHE_DIR.glob("index*")):
             if int((index / "level").read_text()) != level:
                 continue
             if (index / "type").read_text().strip() not in ("Data", "Unified"):
                 continue
-            text = (index / "size").read_text().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1], 1)
-            return int(text.rstrip("KMG")) * scale
+            return (index / name).read_text().strip()
     except (OSError, ValueError):
         pass
-    return _DEFAULTS.get(level, 1 << 20)
+    return None
+
+
+@functools.cache
+def cache_size(level: int) -> int:
+    """Bytes of the data (or unified) cache at `level` of one core; a default when unknown."""
+    text = (_cache_fact(level, "size") or "").upper()
+    try:
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        return int(text.rstrip("KMG")) * scale
+    except ValueError:
+        return _DEFAULTS.get(level, 1 << 20)
 
 
 @functools.cache
 def cache_ways(level: int) -> int:
     """Associativity of the data (or unified) cache at `level` of one core; 8 when unknown."""
     try:
-        for index in sorted(_CACHE_DIR.glob("index*")):
-            if int((index / "level").read_text()) != level:
-                continue
-            if (index / "type").read_text().strip() not in ("Data", "Unified"):
-                continue
-            ways = int((index / "ways_of_associativity").read_text())
-            return ways if ways > 0 else 8
-    except (OSError, ValueError):
-        pass
-    return 8
+        ways = int(_cache_fact(level, "ways_of_associativity") or 0)
+    except ValueError:
+        ways = 0
+    return ways if ways > 0 else 8

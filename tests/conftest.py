@@ -73,3 +73,13 @@ def _compilation_cache(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("tensorlang-cache")))
         yield
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """An empty compilation cache of its own for one test (the session's is shared)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(root))
+    monkeypatch.delenv("TENSORLANG_CACHE", raising=False)
+    monkeypatch.delenv("TENSORLANG_CACHE_MAX_BYTES", raising=False)
+    return root

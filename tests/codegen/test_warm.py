@@ -54,15 +54,6 @@ CHILD = textwrap.dedent(
 ).replace("SOURCE", repr(MATMUL))
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TENSORLANG_CACHE_DIR", str(root))
-    monkeypatch.delenv("TENSORLANG_CACHE", raising=False)
-    monkeypatch.delenv("TENSORLANG_CACHE_MAX_BYTES", raising=False)
-    return root
-
-
 def _fresh_process(cache: Path) -> dict:
     env = {**os.environ, "TENSORLANG_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
     env.pop("TENSORLANG_VERIFY", None)
