@@ -23,7 +23,7 @@ import islpy as isl
 
 from tensorlang import ir
 
-from ..planning.astgen import LoopKind, leaves_under, loop_range, unwrap
+from ..planning.astgen import LoopKind, expr_mentions, leaves_under, loop_range, unwrap
 from ..planning.plan import KernelPlan
 
 #: threads per block of a mapped phase (a multiple of the warp size)
@@ -147,15 +147,6 @@ def _mapped(plan: KernelPlan, node: isl.AstNode, values: Mapping) -> MappedLoop 
     return MappedLoop(node.get_annotation().get_name(), name, first, count, step)
 
 
-def _mentions(expr: isl.AstExpr, name: str) -> bool:
-    t = expr.get_type()
-    if t == isl.ast_expr_type.id:
-        return expr.get_id().get_name() == name
-    if t == isl.ast_expr_type.op:
-        return any(_mentions(expr.get_op_arg(i), name) for i in range(expr.get_op_n_arg()))
-    return False
-
-
 def _coalescing(plan: KernelPlan, phase, loops: list[MappedLoop]) -> tuple[int, str]:
     """Which mapped loop the thread index varies fastest along: the one the written tensors'
     last (stride-1) subscripts move with, by a majority of the phase's statements; the inner
@@ -170,7 +161,7 @@ def _coalescing(plan: KernelPlan, phase, loops: list[MappedLoop]) -> tuple[int, 
             continue
         exprs = dict(leaf.index_exprs)
         for n, loop in enumerate(loops):
-            if any(var in exprs and _mentions(exprs[var], loop.iterator) for var, _ in form.coeffs):
+            if any(var in exprs and expr_mentions(exprs[var], loop.iterator) for var, _ in form.coeffs):
                 votes[n] += 1
     inner = len(loops) - 1
     best = max(range(len(loops)), key=lambda n: (votes[n], n == inner))

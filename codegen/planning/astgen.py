@@ -276,6 +276,16 @@ def build_ast(
     return LoopAst(root, leaves, loops, _phases(root, leaves, loops), sizes)
 
 
+def expr_mentions(expr: isl.AstExpr, name: str) -> bool:
+    """Whether the AST expression uses the identifier `name` (an iterator, say)."""
+    t = expr.get_type()
+    if t == isl.ast_expr_type.id:
+        return expr.get_id().get_name() == name
+    if t == isl.ast_expr_type.op:
+        return any(expr_mentions(expr.get_op_arg(i), name) for i in range(expr.get_op_n_arg()))
+    return False
+
+
 def evaluate_ast_int(expr: isl.AstExpr, values: Mapping[str, int]) -> int | None:
     """The value of an isl AST integer expression over parameters, or None if it has others."""
     t = expr.get_type()

@@ -33,7 +33,7 @@ import islpy as isl
 from polyhedral import Scop, StatementKind
 from tensorlang import ir
 
-from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, leaves_under, loop_range, unwrap
+from .astgen import Leaf, LoopAst, Phase, evaluate_ast_int, expr_mentions, leaves_under, loop_range, unwrap
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,6 @@ def _constant_loop(node: isl.AstNode, values: Mapping[str, int]) -> tuple[int, i
         return None
     first, stop, _ = found
     return (first, stop - first) if stop > first else None
-
-
-def _mentions(expr: isl.AstExpr, name: str) -> bool:
-    t = expr.get_type()
-    if t == isl.ast_expr_type.id:
-        return expr.get_id().get_name() == name
-    if t == isl.ast_expr_type.op:
-        return any(_mentions(expr.get_op_arg(i), name) for i in range(expr.get_op_n_arg()))
-    return False
 
 
 #: Pipelining pays when A computes enough per element to hide B's stores (softmax's exp, not
@@ -194,7 +185,7 @@ def plan_pipeline(
             if any(f is None for f in forms):
                 return None  # a gather of a value the phase writes
             used = {n for f in forms for n, _ in f.coeffs}
-            if not any(v in exprs and _mentions(exprs[v], b_iter) for v in used):
+            if not any(v in exprs and expr_mentions(exprs[v], b_iter) for v in used):
                 captured.append((name, read))  # the same for the whole row: load it once
                 continue
             dim = contracted.get(read.tensor)
