@@ -168,3 +168,31 @@ def test_torch_backward_quick(tmp_path):
         assert row["median_s"]["torch_backward"] > 0 and row["median_s"]["tensorlang_backward"] > 0
     assert "Unset OPENBLAS_CORETYPE=Haswell" in proc.stdout
     assert (tmp_path / "results.md").read_text().startswith("# ")
+
+
+def test_stencils_quick(tmp_path):
+    """Every stencil as a recurrence and as sweep kernels, 1 and 2 threads, checked against the
+    reference (NumPy slicing; seidel: the untransformed program); the script exits 1 otherwise."""
+    proc = _run_quick(PAPERS / "2026-11-stencils" / "run.py", tmp_path, "--threads", "1,2")
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "2026-11-stencils" and results["mode"] == "quick"
+    assert results["question"] and results["schema"] == "tensorlang-papers/1"
+    assert "Unset OPENBLAS_CORETYPE=Haswell" in proc.stdout
+    names = {"jacobi-1d", "jacobi-2d", "heat-3d", "seidel-2d", "fdtd-2d"}
+    assert {(row["kernel"], row["threads"]) for row in results["rows"]} == {
+        (n, t) for n in names for t in (1, 2)
+    }
+    for row in results["rows"]:
+        assert row["status"]["tl"] == "ok" and row["throughput"]["tl"] > 0, row["kernel"]
+        assert all(s == "ok" for s in row["status"].values()), row
+        if row["kernel"] == "seidel-2d":  # no sliced NumPy form and no sweep kernel: said, not faked
+            assert "numpy" not in row["median_s"] and "tl-sweep" not in row["median_s"]
+        else:
+            assert row["ratio_to_numpy"]["tl"] == pytest.approx(
+                row["median_s"]["numpy"] / row["median_s"]["tl"]
+            )
+            assert "tl-sweep" in row["median_s"]
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# ") and all(n in md for n in names)
+    if HAVE_MATPLOTLIB:
+        assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
