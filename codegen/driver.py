@@ -85,7 +85,7 @@ def run_stages(source: str, name: str | None, options: Options, filename: str):
     program = frontend.check_source(source, name, filename)
     syntax_text = str(frontend.select_def(frontend.parse_source(source, filename), program.name))
     try:
-        scop = build_scop(program)
+        scop = build_scop(program, split=options.optimize)  # optimize=False: statements whole
         schedule = compute_schedule(scop, options.schedule)
         if verification_enabled():  # the tests run every stage's invariant checks
             scop.verify()

@@ -1,6 +1,7 @@
 """polyhedral: ir.Program → Scop (isl domains, access relations, bounds proofs, dependences).
 
-Each ir.Statement becomes one polyhedral statement `S<k>` over the box of its index ranges;
+Each ir.Statement becomes one polyhedral statement `S<k>` over the box of its index ranges, or
+several pieces `S<k>_1`, `S<k>_2`, .. when its value selects on an affine condition (split.py);
 a `op=!` statement on a fresh tensor also gets an init statement `I<k>` (identity over the LHS
 box) scheduled just before it. Statement names are ours, never the user's, so isl objects are
 built from the IR without formatting user text.
@@ -8,6 +9,7 @@ built from the IR without formatting user text.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -19,6 +21,7 @@ from tensorlang.errors import InternalError, SemanticError
 
 from .accesses import Access, ExprConverter, access_relation, guarded_reads
 from .sizes import ParamSpace, make_param_space, to_pwaff
+from .split import Piece, piece_name, split_pieces
 
 
 class StatementKind(enum.StrEnum):
@@ -30,9 +33,14 @@ class StatementKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class PolyStatement:
-    """One polyhedral statement: an ir.Statement's init or its body."""
+    """One polyhedral statement: an ir.Statement's init or its body, or a piece of its body.
 
-    name: str  # "S3" (body of statement 3) or "I3" (its identity initialisation)
+    A piece (split.py) has the user's position and span, and as `statement` the user's statement
+    with the branch of its select that runs over the piece's domain as the right-hand side;
+    `program.statements[position]` is always the statement as the user wrote it.
+    """
+
+    name: str  # "S3" (body of statement 3), "S3_1" (a piece of it) or "I3" (its initialisation)
     kind: StatementKind
     position: int  # index of the ir.Statement in the program
     statement: ir.Statement
@@ -163,10 +171,14 @@ class Scop:
 
 
 def original_order(statements: tuple[PolyStatement, ...], params: ParamSpace) -> isl.UnionMap:
-    """The textual execution order: { S[x] -> [q, x0, .., xn, 0..] } with q the sequence number."""
+    """The textual execution order: { S[x] -> [q, x0, .., xn, 0..] } with q the sequence number
+    of the statement (pieces of one statement share it: their domains are disjoint, and together
+    they run in the statement's order)."""
     depth = max((len(s.index_vars) for s in statements), default=0)
     out = None
-    for q, s in enumerate(statements):
+    slots = {key: q for q, key in enumerate(dict.fromkeys((s.position, s.kind) for s in statements))}
+    for s in statements:
+        q = slots[s.position, s.kind]
         n = len(s.index_vars)
         target = isl.Space.create_from_names(
             params.ctx, set=[f"t{d}" for d in range(depth + 1)], params=list(params.names)
@@ -213,13 +225,37 @@ def _domain(params: ParamSpace, name: str, ranges: tuple[ir.IndexRange, ...]) ->
     return dom.intersect_params(params.context())  # sizes are non-negative
 
 
-def _poly_statement(
-    params: ParamSpace, program: ir.Program, pos: int, st: ir.Statement, kind: StatementKind
-) -> PolyStatement:
+def _poly_statements(
+    params: ParamSpace, pos: int, st: ir.Statement, kind: StatementKind, split: bool
+) -> list[PolyStatement]:
+    """The statement's init or body; a body that selects on an affine condition as pieces."""
     ranges = st.ranges[: len(st.indices)] if kind is StatementKind.INIT else st.ranges
-    name = f"{'I' if kind == 'init' else 'S'}{pos}"
-    domain = _domain(params, name, ranges)
-    conv = ExprConverter(params, domain.get_space(), tuple(r.var for r in ranges))
+    base = f"{'I' if kind == 'init' else 'S'}{pos}"
+    domain = _domain(params, base, ranges)
+    variables = tuple(r.var for r in ranges)
+    pieces = (Piece(domain, st.rhs),)
+    if split and kind is StatementKind.BODY:
+        pieces = split_pieces(st, ExprConverter(params, domain.get_space(), variables), domain)
+    out = []
+    for n, piece in enumerate(pieces):
+        name = piece_name(base, n, len(pieces))
+        body = st if piece.rhs is st.rhs else dataclasses.replace(st, rhs=piece.rhs)
+        out.append(
+            _poly_statement(params, name, pos, body, kind, piece.domain.set_tuple_name(name), variables)
+        )
+    return out
+
+
+def _poly_statement(
+    params: ParamSpace,
+    name: str,
+    pos: int,
+    st: ir.Statement,
+    kind: StatementKind,
+    domain: isl.Set,
+    variables: tuple[str, ...],
+) -> PolyStatement:
+    conv = ExprConverter(params, domain.get_space(), variables)
     # a scatter's data-dependent subscript (None) writes "any element" of its dimension: a sound
     # over-approximation for dependences, checked at run time (a dynamic bounds check)
     lhs = tuple(conv.pwaff(e) for e in st.lhs)
@@ -340,14 +376,16 @@ def check_written_before_read(
         )
 
 
-def build_scop(program: ir.Program, ctx: isl.Context | None = None) -> Scop:
+def build_scop(program: ir.Program, ctx: isl.Context | None = None, *, split: bool = True) -> Scop:
+    """The program's polyhedral model. split=False keeps every statement whole (no index-set
+    splitting of affine selects: the untransformed reference, Options(optimize=False))."""
     ctx = ctx or isl.Context()
     params = make_param_space(ctx, tuple(s.name for s in program.sizes), _size_exprs(program))
     statements: list[PolyStatement] = []
     for pos, st in enumerate(program.statements):
         if st.initializes:
-            statements.append(_poly_statement(params, program, pos, st, StatementKind.INIT))
-        statements.append(_poly_statement(params, program, pos, st, StatementKind.BODY))
+            statements += _poly_statements(params, pos, st, StatementKind.INIT, split)
+        statements += _poly_statements(params, pos, st, StatementKind.BODY, split)
     checks = [
         c for s in statements for a in s.accesses if (c := _bounds_check(params, program, s, a)) is not None
     ]

@@ -65,4 +65,4 @@ class PolyLeafContext:
 
     @property
     def statement_position(self) -> int:
-        return int(self.name[1:])
+        return int(self.name[1:].split("_")[0])  # a piece S3_1 of statement 3 (polyhedral/split.py)
