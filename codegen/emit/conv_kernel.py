@@ -1,0 +1,273 @@
+"""emit: a ConvGeometry → the LLVM IR of a register-tiled direct convolution and of its filter packing.
+
+At one point of the loops around it, the kernel computes O[f, x] += Σ_taps I[..] · W[f, taps] for
+every output channel f and output position x. Output channels are vector lanes (16 float32 or 8
+float64: the filter is packed once per call as [f-block][taps][u][lanes], zero-padded past the
+last channel, so that a weight vector is one aligned load); a block of as many positions x as a
+vector has lanes is held in registers, one accumulator vector per position. For each tap outside
+the window, the U weight vectors of the unrolled window tap u are loaded once, and every input
+element the block needs is broadcast once and multiplied into each accumulator (position j, tap
+u) that reads it: with a 3-wide window, 18 broadcasts and 3 weight loads feed 48 FMAs. Nothing is
+copied besides the filter (no im2col). The accumulators start from O and go back to it: along a
+unit-stride f (NHWC) as vectors, along a unit-stride x (NCHW) through a lanes×lanes transpose in
+registers, else element by element. Partial blocks (the last channels, the last positions) are
+emitted as their own straight-line code with masked loads and stores, so nothing out of bounds
+is read or written. Every size and stride is a constant: the code is specialised.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from .gemm_pack import _transpose, c64, declare_intrinsic, define_function, gep, load, splat, store
+from .values import F32, F64, I1, I32, I64
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The kernel's sizes and element strides (all constants of the specialised code)."""
+
+    itemsize: int  # 4 or 8
+    channels: int  # F, the output channels
+    positions: int  # X, the output positions of the register-blocked variable
+    window: int  # U, the unrolled window tap's trip count (1: none)
+    taps: tuple[int, ...]  # trip counts of the looped taps, outermost first
+    in_x: int  # input stride per position
+    in_u: int  # input stride per window tap
+    in_taps: tuple[int, ...]  # input stride per looped tap
+    out_f: int  # output stride per channel
+    out_x: int  # output stride per position
+    wt_f: int  # filter stride per channel
+    wt_u: int  # filter stride per window tap
+    wt_taps: tuple[int, ...]  # filter stride per looped tap
+
+    @property
+    def lanes(self) -> int:
+        return 64 // self.itemsize
+
+    @property
+    def f_blocks(self) -> int:
+        return -(-self.channels // self.lanes)
+
+    @property
+    def tap_count(self) -> int:
+        return math.prod(self.taps)
+
+    @property
+    def element(self) -> ir.Type:
+        return F32 if self.itemsize == 4 else F64
+
+    @property
+    def suffix(self) -> str:
+        return f"v{self.lanes}{'f32' if self.itemsize == 4 else 'f64'}"
+
+
+def _counted(b: ir.IRBuilder, count: int, carried: list, body: Callable, name: str) -> list:
+    """`for i in range(count)` (count ≥ 1, a constant) with values carried around the loop;
+    `body(i, values)` emits one iteration and returns the values of the next."""
+    if count == 1:
+        return body(c64(0), carried)
+    pre = b.block
+    head = b.append_basic_block(f"{name}.loop")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    phis = [b.phi(v.type) for v in carried]
+    i.add_incoming(c64(0), pre)
+    for p, v in zip(phis, carried):
+        p.add_incoming(v, pre)
+    out = body(i, phis)
+    nxt = b.add(i, c64(1), flags=["nsw"])
+    end = b.block
+    i.add_incoming(nxt, end)
+    for p, v in zip(phis, out):
+        p.add_incoming(v, end)
+    b.cbranch(b.icmp_signed("<", nxt, c64(count)), head, done)
+    b.position_at_end(done)
+    return out
+
+
+def _nest(b: ir.IRBuilder, counts: tuple[int, ...], carried: list, body: Callable, ivs=()) -> list:
+    """Loops over every point of `counts` (outermost first), `body(ivs, values)` innermost."""
+    if not counts:
+        return body(ivs, carried)
+    return _counted(
+        b, counts[0], carried, lambda i, vals: _nest(b, counts[1:], vals, body, (*ivs, i)), f"t{len(ivs)}"
+    )
+
+
+def _offset(b: ir.IRBuilder, ivs, strides) -> ir.Value:
+    total = c64(0)
+    for i, s in zip(ivs, strides):
+        total = b.add(total, b.mul(i, c64(s), flags=["nsw"]), flags=["nsw"])
+    return total
+
+
+def define_pack(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
+    """`pack(w, wp)`: wp[fb][taps][u][lane] = w[f = fb·lanes + lane, taps, u], 0 past the last f."""
+    tp = g.element.as_pointer()
+    fn = define_function(module, name, ir.VoidType(), [tp, tp], ["w", "wp"])
+    w, wp = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    counts = (g.f_blocks, *g.taps, g.window, g.lanes)
+
+    def body(ivs, _):
+        fb, *taps, u, lane = ivs
+        f = b.add(b.mul(fb, c64(g.lanes)), lane)
+        src = b.add(b.mul(f, c64(g.wt_f)), b.add(_offset(b, taps, g.wt_taps), b.mul(u, c64(g.wt_u))))
+        inside = b.icmp_signed("<", f, c64(g.channels))
+        safe = b.select(inside, src, c64(0))  # the padding lanes read w[0] and store zero
+        value = b.select(inside, load(b, gep(b, w, safe), g.itemsize), ir.Constant(g.element, 0.0))
+        dst = c64(0)
+        for i, count in zip(ivs, counts):
+            dst = b.add(b.mul(dst, c64(count)), i)
+        store(b, value, gep(b, wp, dst), g.itemsize)
+        return []
+
+    _nest(b, counts, [], body)
+    b.ret_void()
+    return fn
+
+
+class _Block:
+    """The code of one register block: `fvalid` channels × `rx` positions at (fb, x0)."""
+
+    def __init__(self, module: ir.Module, b: ir.IRBuilder, g: ConvGeometry):
+        self.b, self.g = b, g
+        self.vty = ir.VectorType(g.element, g.lanes)
+        self.vb = ir.VectorType(I1, g.lanes)
+        self.fma = declare_intrinsic(module, f"llvm.fma.{g.suffix}", self.vty, [self.vty] * 3)
+        self.mload = declare_intrinsic(
+            module,
+            f"llvm.masked.load.{g.suffix}.p0",
+            self.vty,
+            [self.vty.as_pointer(), I32, self.vb, self.vty],
+        )
+        self.mstore = declare_intrinsic(
+            module,
+            f"llvm.masked.store.{g.suffix}.p0",
+            ir.VoidType(),
+            [self.vty, self.vty.as_pointer(), I32, self.vb],
+        )
+
+    def _mask(self, n: int) -> ir.Constant:
+        return ir.Constant(self.vb, [int(e < n) for e in range(self.g.lanes)])
+
+    def _vload(self, ptr, n: int) -> ir.Value:
+        """n ≤ lanes contiguous elements from ptr (zeros past n)."""
+        b, g = self.b, self.g
+        p = b.bitcast(ptr, self.vty.as_pointer())
+        if n == g.lanes:
+            return load(b, p, g.itemsize)
+        return b.call(
+            self.mload, [p, ir.Constant(I32, g.itemsize), self._mask(n), ir.Constant(self.vty, None)]
+        )
+
+    def _vstore(self, value, ptr, n: int) -> None:
+        b, g = self.b, self.g
+        p = b.bitcast(ptr, self.vty.as_pointer())
+        if n == g.lanes:
+            store(b, value, p, g.itemsize)
+        else:
+            b.call(self.mstore, [value, p, ir.Constant(I32, g.itemsize), self._mask(n)])
+
+    def load_output(self, o, fvalid: int, rx: int) -> list:
+        """The accumulators: acc[j] lane r = O[f0 + r, x0 + j] (zero past fvalid)."""
+        b, g = self.b, self.g
+        zero = ir.Constant(self.vty, None)
+        if g.out_f == 1:
+            return [self._vload(gep(b, o, c64(j * g.out_x)), fvalid) for j in range(rx)]
+        if g.out_x == 1:
+            rows = [
+                self._vload(gep(b, o, c64(r * g.out_f)), rx) if r < fvalid else zero for r in range(g.lanes)
+            ]
+            return _transpose(b, rows)[:rx]
+        accs = []
+        for j in range(rx):
+            acc = zero
+            for r in range(fvalid):
+                x = load(b, gep(b, o, c64(r * g.out_f + j * g.out_x)), g.itemsize)
+                acc = b.insert_element(acc, x, ir.Constant(I32, r))
+            accs.append(acc)
+        return accs
+
+    def store_output(self, accs: list, o, fvalid: int, rx: int) -> None:
+        b, g = self.b, self.g
+        if g.out_f == 1:
+            for j, acc in enumerate(accs):
+                self._vstore(acc, gep(b, o, c64(j * g.out_x)), fvalid)
+            return
+        if g.out_x == 1:
+            cols = accs + [ir.Constant(self.vty, None)] * (g.lanes - rx)
+            for r, row in enumerate(_transpose(b, cols)[:fvalid]):
+                self._vstore(row, gep(b, o, c64(r * g.out_f)), rx)
+            return
+        for j, acc in enumerate(accs):
+            for r in range(fvalid):
+                x = b.extract_element(acc, ir.Constant(I32, r))
+                store(b, x, gep(b, o, c64(r * g.out_f + j * g.out_x)), g.itemsize)
+
+    def reduce(self, accs: list, i0, wp0, rx: int) -> list:
+        """Every tap into the accumulators: i0 is the input at (x0, first taps), wp0 this f-block's
+        packed filter."""
+        b, g = self.b, self.g
+        # input offsets of (position j, window tap u); equal ones share one broadcast
+        readers: dict[int, list[tuple[int, int]]] = {}
+        for j in range(rx):
+            for u in range(g.window):
+                readers.setdefault(j * g.in_x + u * g.in_u, []).append((j, u))
+
+        def step(ivs, vals):
+            wp, *acc = vals
+            i = gep(b, i0, _offset(b, ivs, g.in_taps))
+            weights = [
+                load(b, b.bitcast(gep(b, wp, c64(u * g.lanes)), self.vty.as_pointer()), g.itemsize)
+                for u in range(g.window)
+            ]
+            for off in sorted(readers):
+                x = splat(b, load(b, gep(b, i, c64(off)), g.itemsize), self.vty)
+                for j, u in readers[off]:
+                    acc[j] = b.call(self.fma, [weights[u], x, acc[j]])
+            return [gep(b, wp, c64(g.window * g.lanes)), *acc]
+
+        return _nest(b, g.taps, [wp0, *accs], step)[1:]
+
+
+def define_conv(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
+    """`conv(i, wp, o)`: O[f, x] += Σ I·W over every f, x and tap, with i, o at the first f, x
+    and taps of the current outer point and wp the packed filter (`define_pack`)."""
+    tp = g.element.as_pointer()
+    fn = define_function(module, name, ir.VoidType(), [tp, tp, tp], ["i", "wp", "o"])
+    for a in fn.args:
+        a.add_attribute("noalias")
+    i, wp, o = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    blk = _Block(module, b, g)
+    lanes = g.lanes
+    per_block = g.tap_count * g.window * lanes  # packed elements of one f-block
+
+    def block(fb, x0, fvalid: int, rx: int) -> None:
+        o0 = gep(b, o, b.add(b.mul(fb, c64(lanes * g.out_f)), b.mul(x0, c64(g.out_x))))
+        accs = blk.load_output(o0, fvalid, rx)
+        accs = blk.reduce(accs, gep(b, i, b.mul(x0, c64(g.in_x))), gep(b, wp, b.mul(fb, c64(per_block))), rx)
+        blk.store_output(accs, o0, fvalid, rx)
+
+    def positions(fb, fvalid: int) -> None:
+        full, rest = divmod(g.positions, lanes)
+        if full:
+            _counted(b, full, [], lambda xb, _: block(fb, b.mul(xb, c64(lanes)), fvalid, lanes) or [], "xb")
+        if rest:
+            block(fb, c64(full * lanes), fvalid, rest)
+
+    full_f, rest_f = divmod(g.channels, lanes)
+    if full_f:
+        _counted(b, full_f, [], lambda fb, _: positions(fb, lanes) or [], "fb")
+    if rest_f:
+        positions(c64(full_f), rest_f)
+    b.ret_void()
+    return fn

@@ -1,0 +1,217 @@
+"""polyhedral: a Scop statement `O(.., f, .., x) += I(.., x·s + u·d, ..) * W(f, .., u)` → a direct-convolution plan.
+
+A contraction is convolution-shaped when one operand, the filter W, is subscripted by plain
+variables only: one output variable f (the output channel) and every reduction variable (the
+taps: input channels and window offsets), and the other operand, the input I, slides: one of its
+subscripts combines an output variable with a tap (`h + kh`, `2*w + 3*kw`). Such a statement is
+not handed to the GEMM path (which runs one small GEMM per window offset) but to a register-tiled
+direct convolution (codegen/emit/conv_kernel.py): vectors over f, a block of output positions
+along x, the taps looped inside and the window tap `u` that shares x's input subscript unrolled.
+The statement is projected onto its remaining output variables (the outer loops, which the
+scheduler keeps and may split over threads); the kernel covers all f, x and taps at each point.
+
+Supported: any such affine window (stride, dilation, NCHW, NHWC, 1-D to 3-D), float32 and float64.
+Not recognised (they stay on the GEMM or loop path): padding (a guarded read is no product of two
+reads), groups (f is not a plain filter subscript), fewer output channels than half a vector.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import islpy as isl
+
+from tensorlang import ir
+
+from .contraction import MIN_CONTRACTION_WORK, ContractionPlan, Operand, _operands, _project, plan_contraction
+from .scop import PolyStatement, Scop, StatementKind, compute_dependences
+from .sizes import compile_size_expr
+
+#: The widest unrolled window tap (a 1×17 filter loops over all its taps instead).
+MAX_UNROLLED_TAP = 16
+#: Vector registers are 512 bits: 16 float32 or 8 float64 output channels per vector.
+VECTOR_BYTES = 64
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """O[outer, f, x] += Σ_taps I[...] · W[f, taps] at each point of `outer`, for these sizes."""
+
+    statement: str  # polyhedral statement name (S<k>)
+    out: Operand
+    inp: Operand
+    wt: Operand
+    f: str  # output channel: vector lanes
+    x: str  # output position blocked in registers
+    u: str | None  # the window tap sharing x's input subscript, unrolled (None: none)
+    taps: tuple[str, ...]  # the other reduction variables, looped (outermost first)
+    outer: tuple[str, ...]  # output variables looped around the call, in statement order
+    lo: tuple[tuple[str, int], ...]  # first value of f, x, u and the taps
+    extent: tuple[tuple[str, int], ...]  # trip counts of f, x, u and the taps
+    itemsize: int  # bytes per element (4 or 8)
+    offset: int  # bytes into the per-thread workspace where the packed filter lives
+
+    @property
+    def lanes(self) -> int:
+        return VECTOR_BYTES // self.itemsize
+
+    def trips(self, var: str | None) -> int:
+        return 1 if var is None else dict(self.extent)[var]
+
+    @property
+    def f_blocks(self) -> int:
+        return -(-self.trips(self.f) // self.lanes)
+
+    @property
+    def packed_bytes(self) -> int:
+        """The filter laid out [f-block][taps][u][lanes], zero-padded past the last channel."""
+        taps = math.prod(self.trips(t) for t in self.taps)
+        return self.f_blocks * taps * self.trips(self.u) * self.lanes * self.itemsize
+
+    def describe(self) -> str:
+        taps = ", ".join(self.taps)
+        unrolled = f"; {self.u} unrolled" if self.u is not None else ""
+        return (
+            f"direct convolution {self.out.tensor} += {self.inp.tensor} * {self.wt.tensor}: "
+            f"{self.lanes}-lane vectors over {self.f}, {self.x} in register blocks, "
+            f"taps {taps or '-'} looped{unrolled}; filter packed per call ({self.packed_bytes} bytes)"
+        )
+
+
+def _plain(form: ir.AffineForm) -> str | None:
+    """The variable of a subscript that is exactly one variable, else None."""
+    if form.constant == 0 and len(form.coeffs) == 1 and form.coeffs[0][1] == 1:
+        return form.coeffs[0][0]
+    return None
+
+
+def _match(
+    stmt: PolyStatement,
+    out: Operand,
+    inp: Operand,
+    wt: Operand,
+    extent: Mapping[str, int],
+    lo: Mapping[str, int],
+) -> ConvPlan | None:
+    st = stmt.statement
+    outputs = tuple(st.indices)
+    reductions = tuple(v for v in st.all_indices if v not in outputs)
+    wt_vars = [_plain(f) for f in wt.forms]
+    if None in wt_vars or len(set(wt_vars)) != len(wt_vars):
+        return None
+    channels = [v for v in wt_vars if v in outputs]
+    if len(channels) != 1 or inp.uses(channels[0]):
+        return None
+    f = channels[0]
+    taps_all = tuple(v for v in wt_vars if v != f)
+    if set(taps_all) != set(reductions) or not taps_all or not all(inp.uses(t) for t in taps_all):
+        return None
+    if any(not inp.uses(v) for v in outputs if v != f):
+        return None  # an output variable neither operand reads: not a convolution
+    size_names = {n for form in inp.forms for n, _ in form.coeffs} - set(st.all_indices)
+    if size_names:
+        return None  # a subscript scaled by a size: leave it to the general path
+    window = [
+        form for form in inp.forms
+        if any(form.coeff(v) for v in outputs) and any(form.coeff(t) for t in taps_all)
+    ]  # fmt: skip
+    if not window:
+        return None  # no sliding window: a plain contraction (the GEMM path)
+    xs = [v for v in outputs if v != f and any(form.coeff(v) for form in window)]
+    x = xs[-1]  # the innermost window output: unit stride in NCHW and NHWC alike
+    dims_x = [form for form in inp.forms if form.coeff(x)]
+    if len(dims_x) != 1:
+        return None
+    partners = [t for t in taps_all if dims_x[0].coeff(t) and extent[t] <= MAX_UNROLLED_TAP]
+    u = partners[-1] if partners else None
+    taps = tuple(t for t in taps_all if t != u)
+    bytes_ = st.rhs.dtype.bits // 8
+    lanes = VECTOR_BYTES // bytes_
+    if extent[f] < lanes // 2 or any(extent[v] <= 0 for v in st.all_indices):
+        return None  # too few channels to fill half a vector (or nothing to do)
+    if math.prod(extent[v] for v in st.all_indices) < MIN_CONTRACTION_WORK:
+        return None
+    inner = (f, x, *((u,) if u else ()), *taps)
+    return ConvPlan(
+        stmt.name, out, inp, wt, f, x, u, taps,
+        tuple(v for v in outputs if v not in (f, x)),
+        tuple((v, lo[v]) for v in inner), tuple((v, extent[v]) for v in inner), bytes_, 0,
+    )  # fmt: skip
+
+
+def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ConvPlan | None:
+    """The direct-convolution plan of a body statement for these sizes, or None."""
+    if stmt.kind is not StatementKind.BODY or any(
+        c.statement == stmt.name and c.dynamic_dims for c in scop.checks
+    ):
+        return None
+    st = stmt.statement
+    if stmt.projected is not None:
+        return None  # already projected
+    found = _operands(st)
+    if found is None:
+        return None
+    out, a, b = found
+    if out.tensor in (a.tensor, b.tensor):
+        return None
+    lo = {r.var: compile_size_expr(r.lo)(sizes) for r in st.ranges}
+    extent = {r.var: compile_size_expr(r.hi)(sizes) - lo[r.var] for r in st.ranges}
+    return _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
+
+
+def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:
+    """The statement over its outer variables only (accesses: their unions over the rest)."""
+    inner = [v for v, _ in plan.extent]
+    positions = sorted((stmt.index_vars.index(v) for v in inner), reverse=True)
+    domain = stmt.domain
+    for pos in positions:
+        domain = domain.project_out(isl.dim_type.set, pos, 1)
+    domain = domain.set_tuple_name(stmt.name)
+    accesses = []
+    for a in stmt.accesses:
+        rel = a.relation
+        for pos in positions:
+            rel = rel.project_out(isl.dim_type.in_, pos, 1)
+        rel = rel.set_tuple_name(isl.dim_type.in_, stmt.name)
+        accesses.append(type(a)(a.tensor, a.is_write, rel, tuple(None for _ in a.subscripts), domain, a.read))
+    return PolyStatement(
+        stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer
+    )
+
+
+def plan_convolutions(
+    scop: Scop, sizes: Mapping[str, int], direct: bool = True
+) -> tuple[Scop, dict[str, ContractionPlan], dict[str, ConvPlan]]:
+    """The Scop with every contraction projected onto its outer loops, the GEMM plans and the
+    direct-convolution plans (`direct` False: every contraction goes to the GEMM path, as
+    `plan_contractions` does). Packed filters are laid out one after another in the workspace."""
+    gemms: dict[str, ContractionPlan] = {}
+    convs: dict[str, ConvPlan] = {}
+    statements = []
+    offset = 0
+    for s in scop.statements:
+        conv = plan_convolution(scop, s, sizes) if direct else None
+        if conv is not None:
+            conv = ConvPlan(**{**conv.__dict__, "offset": offset})
+            offset += -(-conv.packed_bytes // 64) * 64
+            convs[s.name] = conv
+            statements.append(_project_conv(s, conv))
+            continue
+        plan = plan_contraction(scop, s, sizes)
+        if plan is None:
+            statements.append(s)
+            continue
+        gemms[s.name] = plan
+        statements.append(_project(s, plan))
+    if not gemms and not convs:
+        return scop, gemms, convs
+    stmts = tuple(statements)
+    projected = Scop(scop.program, scop.params, stmts, scop.checks, compute_dependences(stmts, scop.params))
+    return projected, gemms, convs
+
+
+def workspace_bytes(convs: Mapping[str, ConvPlan]) -> int:
+    """Per-thread scratch the packed filters take (each at its plan's offset)."""
+    return max((-(-c.packed_bytes // 64) * 64 + c.offset for c in convs.values()), default=0)
