@@ -13,7 +13,12 @@ from dataclasses import dataclass, fields
 from scheduler import ScheduleOptions, default_threads
 from tensorlang.errors import TensorLangError
 
+from .host.blocking import check_gemm_blocking
+from .lowering.vector_width import check_vector_width
 from .planning.options import CodegenOptions
+
+# tuning knobs (codegen/tune) the repr shows only when set, so that other Options keep their repr
+_SHOWN_WHEN_SET = frozenset({"loop_order", "band_tiles", "vector_width", "gemm_blocking"})
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,17 @@ class Options:
         A record applies only where the tuned knobs (tile, fusion, unroll, vectorize, pipeline,
         prefetch) are left at their defaults. The repr shows `tuned` only when it is False, so
         the repr of every other Options (a key of the compilation cache) is unchanged.
+    loop_order: a permutation of the members of every permutable band of that many members,
+        applied to the scheduler's own order (positions in it, outermost first; (1, 0) swaps the
+        two loops of a 2-member band). Only permutable bands are reordered, where every order is
+        legal (scheduler/order.py).
+    band_tiles: tile sizes per permutable band (in the scheduler's visiting order, children
+        first), overriding `tile` for the bands whose entry is not None.
+    vector_width: the vector register width in bits (128, 256 or 512) LLVM's vectorisers use
+        (None: the target's preference).
+    gemm_blocking: (MC, NC, KC) cache blocks of the packed GEMM that contractions call (None: the
+        host's, codegen/host/blocking.py; rounded to the register tile).
+    The repr shows these four only when they are set.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -56,16 +72,32 @@ class Options:
     optimize: bool = True
     max_specializations: int = 64
     tuned: bool = True
+    loop_order: tuple[int, ...] | None = None
+    band_tiles: tuple[tuple[int, ...] | None, ...] | None = None
+    vector_width: int | None = None
+    gemm_blocking: tuple[int, int, int] | None = None
 
     def __repr__(self) -> str:
-        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.name != "tuned"]
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name != "tuned" and not (f.name in _SHOWN_WHEN_SET and getattr(self, f.name) is None)
+        ]
         if not self.tuned:
             shown.append("tuned=False")
         return f"Options({', '.join(shown)})"
 
     def __post_init__(self) -> None:
         # the scheduler's view validates its knobs (and normalises tile to a tuple)
-        object.__setattr__(self, "tile", self.schedule.tile)
+        schedule = self.schedule
+        object.__setattr__(self, "tile", schedule.tile)
+        object.__setattr__(self, "loop_order", schedule.loop_order)
+        object.__setattr__(self, "band_tiles", schedule.band_tiles)
+        try:
+            object.__setattr__(self, "vector_width", check_vector_width(self.vector_width))
+            object.__setattr__(self, "gemm_blocking", check_gemm_blocking(self.gemm_blocking))
+        except ValueError as exc:
+            raise TensorLangError(str(exc)) from None
         bound = self.max_specializations
         if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
             raise TensorLangError(f"Options.max_specializations must be a positive integer, got {bound!r}")
@@ -73,13 +105,28 @@ class Options:
     @property
     def schedule(self) -> ScheduleOptions:
         """The knobs of fusion, isl scheduling and the post-passes."""
-        return ScheduleOptions(self.tile, self.fusion, self.unroll, self.optimize, self.threads)
+        return ScheduleOptions(
+            self.tile,
+            self.fusion,
+            self.unroll,
+            self.optimize,
+            self.threads,
+            loop_order=self.loop_order,
+            band_tiles=self.band_tiles,
+        )
 
     @property
     def codegen(self) -> CodegenOptions:
         """The knobs of the call-time pipeline (plan_kernel) and the lowering."""
         return CodegenOptions(
-            self.vectorize, self.fast_math, self.pipeline, self.prefetch, self.specialize, self.optimize
+            self.vectorize,
+            self.fast_math,
+            self.pipeline,
+            self.prefetch,
+            self.specialize,
+            self.optimize,
+            vector_width=self.vector_width,
+            gemm_blocking=self.gemm_blocking,
         )
 
     def thread_count(self) -> int:

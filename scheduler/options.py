@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from tensorlang.errors import TensorLangError
 
+from .order import check_band_tiles, check_loop_order
+
 # "smart" is TC's name for the cost-model strategy; it is an alias of "auto"
 FUSION_STRATEGIES = ("auto", "smart", "max", "none")
 
@@ -22,6 +24,10 @@ class ScheduleOptions:
     unroll: unroll-and-jam factor of the second-innermost loop of a band (None: no unrolling).
     optimize: False schedules the statements in source order with no post-passes.
     threads: the thread count the fusion cost model plans for (None: `default_threads()`).
+    loop_order: a permutation applied to the cost model's member order of every permutable band
+        of that many members (scheduler/order.py; None: the cost model's order).
+    band_tiles: tile sizes per permutable band of 2 or more members, in the post-pass's visiting
+        order (children first); None entries and bands past the end use `tile`.
     """
 
     tile: tuple[int, ...] | None = None
@@ -29,8 +35,12 @@ class ScheduleOptions:
     unroll: int | None = None
     optimize: bool = True
     threads: int | None = None
+    loop_order: tuple[int, ...] | None = None
+    band_tiles: tuple[tuple[int, ...] | None, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "loop_order", check_loop_order(self.loop_order))
+        object.__setattr__(self, "band_tiles", check_band_tiles(self.band_tiles))
         tile = self.tile
         if _is_int(tile):
             tile = (tile,)

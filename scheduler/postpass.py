@@ -11,6 +11,7 @@ its time step outermost and j innermost. Then optional rectangular tiling and un
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import islpy as isl
@@ -19,6 +20,7 @@ import sympy
 from polyhedral import Scop, StatementKind
 from tensorlang import ir
 
+from . import order
 from .machine import cache_size, cache_ways
 from .options import ScheduleOptions
 
@@ -286,20 +288,22 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
     """Reorder every permutable band for stride-1 inner loops; tile if asked; on several threads,
     strip a band whose only parallel loop is the innermost one (_strip_parallel)."""
     threads = options.thread_count() > 1 and options.optimize
+    bands = itertools.count()  # the band index of Options.band_tiles (order.band_tile)
 
     def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
         if node.get_type() != isl.schedule_node_type.band or not node.band_get_permutable():
             return node
         n = node.band_n_member()
         if n >= 2:
-            node = _permute_band(node, _member_order(scop, node))
-            if threads and options.tile is None:
+            node = _permute_band(node, order.member_order(_member_order(scop, node), options.loop_order))
+            tile, explicit = order.band_tile(options.band_tiles, next(bands), options.tile)
+            if threads and not explicit:
                 node = _strip_parallel(scop, node)
             depth = 0  # the callback must return a node at the position it was given
-            sizes = options.tile if options.tile is not None else _auto_tile(scop, node)
+            sizes = tile if explicit else _auto_tile(scop, node)
             if sizes is not None:
                 node, depth = _tile(node, sizes).child(0), depth + 1  # work on the point band
-                if options.tile is None:
+                if not explicit:
                     node = _tile_loops_innermost_first(node.parent()).child(0)
             if options.unroll is not None and options.unroll > 1 and node.band_n_member() >= 2:
                 node, depth = _unroll_and_jam(node, options.unroll), depth + 1

@@ -433,7 +433,9 @@ def _tune(argv: Sequence[str]) -> int:
             for d in t.shape
         )
         inputs.append(_random_input(rng, t, shape))
-    result = tl.tune(source, *inputs, name=program.name, budget_s=args.budget, progress=True)
+    shaped = {str(d) for t in program.inputs for d in t.shape if getattr(d, "is_Symbol", False)}
+    keyword = {k: v for k, v in sizes.items() if k not in shaped}  # --size T=100: no input gives T
+    result = tl.tune(source, *inputs, name=program.name, budget_s=args.budget, progress=True, **keyword)
     print(
         f"{program.name}: best {result.best_s * 1e3:.4g} ms, default {result.default_s * 1e3:.4g} ms "
         f"({result.default_s / result.best_s:.2f}x) after {result.trials} trials"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..host import GemmBlocking, gemm_blocking, gemm_workspace_layout
+from ..host import GemmBlocking, gemm_workspace_layout, variant_blocking
 from .gemm_pack import (
     c64,
     declare_intrinsic,
@@ -30,8 +30,10 @@ _TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8,
 
 
 def gemm_symbol(dtype: str) -> str:
-    """The name of the GEMM function for `dtype`: tl_gemm_f32 or tl_gemm_f64."""
-    return f"tl_gemm_{_TYPES[dtype][2]}"
+    """The name of the GEMM function for `dtype`: tl_gemm_f32 or tl_gemm_f64; for a variant of
+    another cache blocking (host.gemm_variant, "float32@96x2048x256") tl_gemm_f32_96x2048x256."""
+    base, _, blocks = dtype.partition("@")
+    return f"tl_gemm_{_TYPES[base][2]}" + (f"_{blocks}" if blocks else "")
 
 
 def cancellable_gemm_symbol(dtype: str) -> str:
@@ -242,12 +244,14 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
       thread alone finishes the call. Each element of C sums its K blocks in the same order as
       the serial code, so results are bitwise those of one thread.
 
-    The stand-alone entry is for tests and benchmarks."""
-    t, size, _ = _TYPES[dtype]
+    The stand-alone entry is for tests and benchmarks. `dtype` may name a variant
+    (host.gemm_variant): its blocking, under its own symbols."""
     name = gemm_symbol(dtype)
     if name in module.globals:
         return module.globals[name]
-    cfg = cfg or gemm_blocking(dtype)
+    base, variant_cfg = variant_blocking(dtype)
+    t, size, _ = _TYPES[base]
+    cfg = cfg or variant_cfg
     tp = t.as_pointer()
     i64p = I64.as_pointer()
     ukernel = _define_microkernel(module, f"{name}.ukernel", t, size, cfg)
@@ -434,8 +438,8 @@ def _zero_if_empty(b: ir.IRBuilder, overwrite, M, N, K, C, c_rs, c_cs, t: ir.Typ
 
 def declare_gemm(module: ir.Module, dtype: str) -> ir.Function:
     """Declare tl_gemm_<dtype>_cancellable in `module`; its body is the process-wide
-    `lowering.gemm_jit.shared_gemm(dtype)`."""
-    t = _TYPES[dtype][0]
+    `lowering.gemm_jit.shared_gemm(dtype)` (`dtype` may name a variant, host.gemm_variant)."""
+    t = _TYPES[dtype.partition("@")[0]][0]
     name = cancellable_gemm_symbol(dtype)
     if name in module.globals:
         return module.globals[name]

@@ -116,6 +116,7 @@ def export_schedule(
         dtypes = tuple(
             sorted({program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()})
         )
+        dtypes = tuple(sorted(set(map(plan.gemm_variant, dtypes))))  # the GEMM variants it calls
         code = build_object(module, dtypes, exported_symbols(name), plan.vectorize)
     except UnsupportedSizeExpression as exc:
         raise TensorLangError(f"{program.name}: generic export: {exc}; export with sizes=") from exc

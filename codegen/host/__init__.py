@@ -4,16 +4,27 @@ The one place below every other room of `codegen/` where facts about the host ar
 tests (golden files) and, later, cross-compilation can pin them.
 """
 
-from .blocking import GemmBlocking, gemm_blocking, gemm_workspace_layout, workspace_bytes
+from .blocking import (
+    GemmBlocking,
+    check_gemm_blocking,
+    gemm_blocking,
+    gemm_variant,
+    gemm_workspace_layout,
+    variant_blocking,
+    workspace_bytes,
+)
 from .cpu import cache_size, host_cpu_features, host_cpu_name, host_has_avx512
 
 __all__ = [
     "GemmBlocking",
     "cache_size",
+    "check_gemm_blocking",
     "gemm_blocking",
+    "gemm_variant",
     "gemm_workspace_layout",
     "host_cpu_features",
     "host_cpu_name",
     "host_has_avx512",
+    "variant_blocking",
     "workspace_bytes",
 ]

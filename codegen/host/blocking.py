@@ -1,9 +1,14 @@
-"""host facts: cache sizes and vector width → the blocking of the packed GEMM (register tile, KC/MC/NC)."""
+"""host facts: cache sizes and vector width → the blocking of the packed GEMM (register tile, KC/MC/NC).
+
+A plan may choose another cache blocking (Options.gemm_blocking, a tuning knob): its GEMM is then a
+*variant*, named "<dtype>@<mc>x<nc>x<kc>" (plain "<dtype>" is the host's blocking), compiled once
+per process like the default one and called under its own symbol.
+"""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .cpu import cache_size, host_has_avx512
 
@@ -59,6 +64,56 @@ def _blocking(dtype: str, l1: int, l2: int, avx512: bool) -> GemmBlocking:
     return GemmBlocking(vw=vw, mr=mr, nv=nv, kc=kc, mc=mc, nc=nc, prefetch_c=True)
 
 
+def check_gemm_blocking(value: object) -> tuple[int, int, int] | None:
+    """Options.gemm_blocking validated: None, or (MC, NC, KC) positive integers. Raises ValueError."""
+    if value is None:
+        return None
+    ok = isinstance(value, tuple | list) and len(value) == 3
+    if not ok or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise ValueError(f"Options.gemm_blocking must be (MC, NC, KC) positive integers, got {value!r}")
+    return tuple(value)
+
+
+def blocked(dtype: str, blocking: tuple[int, int, int] | None) -> GemmBlocking:
+    """The host's blocking of `dtype` with the cache blocks (MC, NC, KC) of `blocking`, made legal
+    for the micro-kernel and the team's shared block: MC rounded down to a multiple of MR, NC to
+    a multiple of NR, KC to a multiple of 16 (at least one of each), and NC lowered until the
+    KC×NC panel of B fits the panel of the host blocking (the block a team of threads shares,
+    emit/gemm_team.py, is sized for that). Any MC/NC/KC computes the same sums in the same order
+    per element of C, except that the K blocks split elsewhere: results differ only by rounding
+    (the tuner and the tests compare within tolerance)."""
+    base = gemm_blocking(dtype)
+    if blocking is None:
+        return base
+    mc, nc, kc = blocking
+    kc = _round(kc, 16)
+    nc = _round(nc, base.nr)
+    limit = base.kc * base.nc
+    while kc * nc > limit and nc > base.nr:
+        nc -= base.nr
+    if kc * nc > limit:
+        kc = _round(limit // nc, 16)
+    return replace(base, mc=_round(mc, base.mr), nc=nc, kc=kc)
+
+
+def gemm_variant(dtype: str, blocking: tuple[int, int, int] | None) -> str:
+    """The name of the GEMM a plan calls: `dtype` for the host blocking, else
+    "<dtype>@<mc>x<nc>x<kc>" with the blocks `blocked` makes legal."""
+    cfg, base = blocked(dtype, blocking), gemm_blocking(dtype)
+    if (cfg.mc, cfg.nc, cfg.kc) == (base.mc, base.nc, base.kc):
+        return dtype
+    return f"{dtype}@{cfg.mc}x{cfg.nc}x{cfg.kc}"
+
+
+def variant_blocking(variant: str) -> tuple[str, GemmBlocking]:
+    """(dtype, blocking) of a GEMM variant name (gemm_variant)."""
+    dtype, _, blocks = variant.partition("@")
+    if not blocks:
+        return dtype, gemm_blocking(dtype)
+    mc, nc, kc = (int(v) for v in blocks.split("x"))
+    return dtype, blocked(dtype, (mc, nc, kc))
+
+
 def gemm_workspace_layout(cfg: GemmBlocking, size: int) -> tuple[int, int, int]:
     """(offset of packed A, offset of packed B, total bytes), 64-byte aligned parts."""
     a_bytes = cfg.mc * cfg.kc * size
@@ -69,5 +124,7 @@ def gemm_workspace_layout(cfg: GemmBlocking, size: int) -> tuple[int, int, int]:
 
 
 def workspace_bytes(dtype: str) -> int:
-    """Bytes of scratch (packed A block and B panel) one call of tl_gemm_<dtype> needs."""
-    return gemm_workspace_layout(gemm_blocking(dtype), ELEMENT_BYTES[dtype])[2]
+    """Bytes of scratch (packed A block and B panel) one call of tl_gemm_<dtype> needs (`dtype`
+    may name a variant, gemm_variant)."""
+    dtype, cfg = variant_blocking(dtype)
+    return gemm_workspace_layout(cfg, ELEMENT_BYTES[dtype])[2]

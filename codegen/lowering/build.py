@@ -44,7 +44,7 @@ def build(plan: KernelPlan) -> Built:
     (they are external symbols of the kernel's object code). Raises what lowering or LLVM raise
     (isl.Error, RuntimeError)."""
     for contraction in plan.contractions.values():  # GEMM bodies: compiled once per process
-        shared_gemm(plan.program.tensor(contraction.c.tensor).dtype.numpy_name)
+        shared_gemm(plan.gemm_variant(plan.program.tensor(contraction.c.tensor).dtype.numpy_name))
     key = plan_cache_key(plan)
     layout = kernel_layout(plan.scop)
     entry = disk_cache.load(key)

@@ -55,7 +55,7 @@ class GemmCallLowering(LoweringState):
         a_ptr, a_st = operand(plan.a)
         b_ptr, b_st = operand(plan.b)
         c_ptr, c_st = operand(plan.c)
-        gemm = declare_gemm(self.module, dtype.numpy_name)
+        gemm = declare_gemm(self.module, self.plan.gemm_variant(dtype.numpy_name))
         no_team = ll.Constant(V.I8.as_pointer(), None)
         team = no_team
         if self.gemm_team:  # a thread of a team gets the shared block's address as lo

@@ -10,12 +10,13 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..emit.gemm_kernel import cancellable_gemm_symbol, define_gemm, gemm_symbol
-from ..host import GemmBlocking, gemm_blocking
+from ..host import GemmBlocking, variant_blocking
 from . import disk_cache
 from .jit import _lock, compile_module, load_object, optimise
 
 
 def gemm_signature(dtype: str):
+    dtype = dtype.partition("@")[0]  # a variant (host.gemm_variant) has its dtype's signature
     ctype = ctypes.c_float if dtype == "float32" else ctypes.c_double
     ptr = ctypes.POINTER(ctype)
     i64 = ctypes.c_int64
@@ -54,9 +55,12 @@ def compile_gemm(dtype: str, cfg: GemmBlocking | None = None) -> CompiledGemm:
 
 
 def cached_gemm(dtype: str) -> CompiledGemm:
-    """tl_gemm_<dtype> with the host's blocking: its object code from the disk cache (keyed by
-    dtype, blocking and the environment), else compiled and stored there."""
-    key = disk_cache.cache_key("gemm", dtype=dtype, blocking=repr(gemm_blocking(dtype)))
+    """tl_gemm_<dtype> with the host's blocking (or a variant's, host.gemm_variant): its object
+    code from the disk cache (keyed by dtype, blocking and the environment), else compiled and
+    stored there."""
+    base, cfg = variant_blocking(dtype)
+    extra = {"variant": dtype} if dtype != base else {}  # the default's key is unchanged
+    key = disk_cache.cache_key("gemm", dtype=base, blocking=repr(cfg), **extra)
     entry = disk_cache.load(key)
     if entry is not None:
         data, _ = entry
@@ -79,7 +83,7 @@ def cached_gemm(dtype: str) -> CompiledGemm:
 def shared_gemm(dtype: str) -> CompiledGemm:
     """Compile tl_gemm_<dtype> once per process (or load it from the disk cache) and publish its
     address to the JIT linker, so every kernel calls the same machine code instead of
-    recompiling it (~0.4 s with O3)."""
+    recompiling it (~0.4 s with O3). A variant (host.gemm_variant) is compiled once too."""
     compiled = cached_gemm(dtype)
     llvm.add_symbol(gemm_symbol(dtype), compiled.address)
     llvm.add_symbol(cancellable_gemm_symbol(dtype), compiled.cancellable)

@@ -12,6 +12,7 @@ from .loops import LoopLowering
 from .pipelined import PipelineLowering
 from .prefetch import PrefetchLowering
 from .statements import StatementLowering
+from .vector_width import apply_vector_width
 
 
 class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLowering, PrefetchLowering):
@@ -50,4 +51,6 @@ class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLoweri
 def lower_to_llvm(plan: KernelPlan) -> tuple[ll.Module, KernelLayout]:
     """The plan's LLVM module and the argument layout its entry expects."""
     lowering = Lowering(plan)
-    return lowering.run(), lowering.layout
+    module = lowering.run()
+    apply_vector_width(module, plan.vector_width if plan.vectorize else None)  # tuning knob
+    return module, lowering.layout

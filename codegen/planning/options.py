@@ -15,6 +15,9 @@ class CodegenOptions:
     prefetch: prefetch the next outer iteration's rows.
     specialize: plan per set of sizes (False: one generic plan for every size).
     optimize: False plans the untransformed reference (no GEMM path, contraction or pipelining).
+    vector_width: the vector register width in bits (128, 256, 512) the vectorisers may use
+        (None: the target's preference).
+    gemm_blocking: (MC, NC, KC) cache blocks of the GEMM calls (None: the host's, host.blocking).
     """
 
     vectorize: bool = True
@@ -23,3 +26,5 @@ class CodegenOptions:
     prefetch: bool = False
     specialize: bool = True
     optimize: bool = True
+    vector_width: int | None = None
+    gemm_blocking: tuple[int, int, int] | None = None

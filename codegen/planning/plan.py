@@ -24,7 +24,7 @@ from scheduler import Schedule, ScheduleOptions, compute_schedule
 from tensorlang import ir
 from tensorlang.errors import InternalError, verification_enabled
 
-from ..host import workspace_bytes
+from ..host import gemm_variant, workspace_bytes
 from .astgen import (
     Footprint,
     LoopAst,
@@ -140,6 +140,12 @@ class KernelPlan:
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
     phases: tuple[PhaseDecision, ...]
     workspace_bytes: int  # per-thread scratch: packed GEMM operands and contracted slices
+    gemm_blocking: tuple[int, int, int] | None = None  # (MC, NC, KC) of the GEMM calls (None: the host's)
+    vector_width: int | None = None  # bits the vectorisers may use (None: the target's preference)
+
+    def gemm_variant(self, dtype: str) -> str:
+        """The GEMM the contractions of `dtype` call (host.gemm_variant: the plan's blocking)."""
+        return gemm_variant(dtype, self.gemm_blocking)
 
     @property
     def specialised(self) -> bool:
@@ -170,6 +176,10 @@ class KernelPlan:
             lines.append(f"// {name}: shares buffer {slot}")
         lines.append(f"// workspace: {self.workspace_bytes} bytes per thread")
         flags = [f for f, on in (("fast-math", self.fast_math), ("no-vectorize", not self.vectorize)) if on]
+        if self.vector_width is not None and self.vectorize:
+            flags.append(f"vector-width={self.vector_width}")
+        dtypes = {_dtype(self.program, c.c.tensor) for c in self.contractions.values()}
+        flags += [f"gemm={v}" for v in sorted(map(self.gemm_variant, dtypes)) if "@" in v]
         if flags:
             lines.append(f"// {' '.join(flags)}")
         return "\n".join(lines) + "\n" + self.loops()
@@ -272,7 +282,10 @@ def plan_kernel(
     prefetch = options.optimize and options.prefetch
     ast = build_ast(schedule, sizes, footprints=prefetch)
     # 3. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
-    gemm_bytes = max((workspace_bytes(_dtype(program, p.c.tensor)) for p in contractions.values()), default=0)
+    gemm_variants = {
+        gemm_variant(_dtype(program, p.c.tensor), options.gemm_blocking) for p in contractions.values()
+    }
+    gemm_bytes = max(map(workspace_bytes, gemm_variants), default=0)
     contracted, layouts, sharing = {}, {}, {}
     if transform:
         shapes = {t.name: tuple(compile_size_expr(d)(sizes) for d in t.shape) for t in program.tensors}
@@ -315,6 +328,8 @@ def plan_kernel(
         sharing=sharing,
         phases=phases,
         workspace_bytes=workspace_end(contracted, gemm_bytes),
+        gemm_blocking=options.gemm_blocking if contractions else None,
+        vector_width=options.vector_width,
     )
     plan.verify()
     return plan

@@ -52,7 +52,8 @@ def call_record(
 ) -> CallRecord:
     """What a call of these sizes reads, from the plan and its machine code (`values`: every
     parameter's value, plan.param_values)."""
-    gemms = {plan.program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()}
+    dtypes = {plan.program.tensor(c.c.tensor).dtype.numpy_name for c in plan.contractions.values()}
+    gemms = set(map(plan.gemm_variant, dtypes))  # the GEMM variants its object code calls
     return CallRecord(
         built.key,
         tuple(sorted(gemms)),

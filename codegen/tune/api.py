@@ -90,6 +90,18 @@ def _plan_signature(source: str, name: str, knobs: Mapping, sizes: Mapping[str, 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _gemm_blocks(kernel, sizes: Mapping[str, int], dtypes: list[str]) -> tuple[int, int, int] | None:
+    """The host's (MC, NC, KC) when the default plan calls the packed GEMM (the gemm_blocking
+    knob's centre), else None (the knob would change nothing)."""
+    from ..host import gemm_blocking
+
+    if "GEMM m=" not in kernel.inspect("plan", sizes=sizes):
+        return None
+    dtype = next((d for d in dtypes if d in ("float32", "float64")), "float32")
+    cfg = gemm_blocking(dtype)
+    return cfg.mc, cfg.nc, cfg.kc
+
+
 def tune(
     source: str,
     *example_args: object,
@@ -97,13 +109,16 @@ def tune(
     budget_s: float = 60,
     executor: Executor | None = None,
     progress: bool = True,
+    **keyword_sizes: int,
 ) -> TuneResult:
     """Search the schedule space of the def `name` of `source` for the sizes and dtypes of
     `example_args` (the inputs, in def order) for about `budget_s` seconds; record every trial
     in the tuning database and the best as the key's record, which `tl.compile` then uses for
     calls of these sizes and dtypes (unless `Options(tuned=False)`). `executor`, any
     concurrent.futures.Executor, compiles and measures candidates on its workers (one
-    measurement at a time per machine)."""
+    measurement at a time per machine). Sizes no input's shape gives (a time-step count) are
+    given by keyword, as to the kernel: `tl.tune(src, A, T=100)`; they are part of the key, and a
+    kernel called as `k(A, T=100)` finds the record."""
     import warnings
 
     import numpy as np
@@ -127,7 +142,10 @@ def tune(
         np.ascontiguousarray(args_.as_input_array(v, t, program))
         for v, t in zip(example_args, program.inputs)
     ]
-    sizes = args_.bind_sizes(program, arrays, default_kernel._input_dims)
+    sizes = args_.bind_keyword_sizes(
+        program, args_.bind_sizes(program, arrays, default_kernel._input_dims), keyword_sizes
+    )
+    given = {k: sizes[k] for k in keyword_sizes}  # passed to every candidate's calls
     base = Options()
     dtypes = [str(d) for d in default_kernel._input_dtypes]
     description = key_.describe(source, program.name, sizes, dtypes, base)
@@ -140,7 +158,7 @@ def tune(
         db.add_program(key, program.name, description)
         previous = db.trials(key)
         schedule_text = default_kernel.inspect("schedule")
-        space = space_.space_for(schedule_text, sizes)
+        space = space_.space_for(schedule_text, sizes, _gemm_blocks(default_kernel, sizes, dtypes))
         rng = random.Random(int(key[:8], 16) ^ len(previous))
         earlier_ok = sorted((t.seconds, t.id, t.knobs) for t in previous if t.status == "ok" and t.seconds)
         seeds = [k for _, _, k in earlier_ok[:4]]
@@ -163,6 +181,7 @@ def tune(
                 "threads": threads,
                 "candidates": [dict(knobs)],
                 "inputs": arrays,
+                "sizes": given,
                 "fault": faults.get(n),
                 **extra,
             }

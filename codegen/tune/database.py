@@ -61,7 +61,7 @@ def _valid_knobs(text: str) -> dict | None:
         key_.from_knobs(knobs, key_.Options())
     except (ValueError, TypeError):
         return None
-    return knobs
+    return key_.normalise(knobs)  # records made before the later knobs: those at their defaults
 
 
 class Database:

@@ -17,7 +17,21 @@ from ..lowering import disk_cache
 from ..options import Options
 
 SPACE_VERSION = 1  # bump when the meaning of a record's options changes
-TUNED_KNOBS = ("tile", "fusion", "unroll", "vectorize", "pipeline", "prefetch")
+# Version 1 records made before the plan-level knobs (loop_order ...) lack them: a missing knob
+# reads as its default (from_knobs, normalise), which is what those records were measured with.
+TUNED_KNOBS = (
+    "tile",
+    "fusion",
+    "unroll",
+    "vectorize",
+    "pipeline",
+    "prefetch",
+    "loop_order",  # scheduler/order.py
+    "band_tiles",  # scheduler/order.py
+    "vector_width",  # lowering/vector_width.py
+    "gemm_blocking",  # host/blocking.py
+) + tuple(k for k in ("time_tile",) if k in Options.__dataclass_fields__)  # scheduler/timetile.py
+_BOOLS = ("vectorize", "pipeline", "prefetch")
 MACHINE_FIELDS = ("triple", "cpu", "features", "caches", "gemm", "tensorlang", "llvmlite", "llvm", "python")
 _DEFAULTS = Options()
 
@@ -62,11 +76,22 @@ def key_of(description: Mapping[str, object]) -> str:
     return hashlib.sha256(json.dumps(description, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _json(value: object) -> object:
+    return [_json(v) for v in value] if isinstance(value, tuple | list) else value
+
+
+def _tuples(value: object) -> object:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
+
+
 def knobs_json(options: Options) -> dict[str, object]:
-    """The tuned knobs of `options` as a JSON object (tile as a list or null)."""
-    out: dict[str, object] = {k: getattr(options, k) for k in TUNED_KNOBS}
-    out["tile"] = list(options.tile) if options.tile is not None else None
-    return out
+    """The tuned knobs of `options` as a JSON object (tuples as lists, None as null)."""
+    return {k: _json(getattr(options, k)) for k in TUNED_KNOBS}
+
+
+def normalise(knobs: dict) -> dict:
+    """A record's knobs with every knob present (older records lack the later knobs: defaults)."""
+    return {**knobs_json(_DEFAULTS), **knobs}
 
 
 def from_knobs(knobs: object, base: Options) -> Options:
@@ -76,9 +101,8 @@ def from_knobs(knobs: object, base: Options) -> Options:
         raise ValueError(f"not a record of tuned knobs: {knobs!r}")
     fields = {f: getattr(base, f) for f in Options.__dataclass_fields__}
     for k, v in knobs.items():
-        if k == "tile" and isinstance(v, list):
-            v = tuple(v)
-        if k in ("vectorize", "pipeline", "prefetch") and not isinstance(v, bool):
+        v = _tuples(v)
+        if k in _BOOLS and not isinstance(v, bool):
             raise ValueError(f"{k} must be a bool, got {v!r}")
         fields[k] = v
     try:

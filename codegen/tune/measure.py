@@ -163,9 +163,10 @@ def _child(folder: Path) -> None:
     fault = task.get("fault")
     candidates = task["candidates"]
     kernels = [tl.compile(task["source"], task["name"], options=key_.from_knobs(c, base)) for c in candidates]
+    sizes = task.get("sizes") or {}  # sizes given by keyword (tl.tune(src, A, T=100))
     outputs = []
     for k in kernels:
-        result = k(*inputs)
+        result = k(*inputs, **sizes)
         outputs.append(list(result) if isinstance(result, tuple) else [result])
     if fault == "crash":
         os.abort()
@@ -187,11 +188,11 @@ def _child(folder: Path) -> None:
             rounds: list[list[float]] = [[] for _ in kernels]
             for _ in range(task.get("rounds", 5)):
                 for i, k in enumerate(kernels):
-                    rounds[i].append(_time(lambda k=k: k(*inputs), None))
+                    rounds[i].append(_time(lambda k=k: k(*inputs, **sizes), None))
             result = {"status": "ok", "times": [sorted(r)[len(r) // 2] for r in rounds]}
         else:
             k = kernels[0]
-            result = {"status": "ok", "seconds": _time(lambda: k(*inputs), task.get("best_s"))}
+            result = {"status": "ok", "seconds": _time(lambda: k(*inputs, **sizes), task.get("best_s"))}
     result["n_outputs"] = len(outputs[0])
     (folder / "result.json").write_text(json.dumps(result))
 
