@@ -1,15 +1,23 @@
-"""emit: the layout of the block a team of threads shares for one cooperative GEMM call (no LLVM: the runtime reads it too)."""
+"""emit: the layout of the block a team of threads shares for one cooperative call, a GEMM's or a loop team's (no LLVM: the runtime reads it too)."""
 
 from __future__ import annotations
 
 from ..host import gemm_blocking, gemm_workspace_layout
 from ..host.blocking import ELEMENT_BYTES
 
-# The shared block of a cooperative call (64-byte aligned; the counters start at zero):
+# The shared block of a cooperative call (64-byte aligned; the header starts at zero, but for
+# TEAM_SIZE, which the runtime sets to the number of threads):
 TEAM_TICKET = 0  # i64: the next task nobody has taken yet
 TEAM_DONE = 64  # i64: tasks finished
 TEAM_SIZE = 128  # i64: threads in the team (balances the row blocks; results do not depend on it)
 TEAM_PANEL = 256  # the packed KC×NC panel of B all threads compute from
+
+# A loop team (PhasePlan.barriers: threads run a sequential loop together and meet at barriers)
+# uses the header only, its words each on their own cache line:
+TEAM_ARRIVED = TEAM_TICKET  # i64: threads that reached the current barrier
+TEAM_GENERATION = TEAM_DONE  # i64: barriers completed (a waiting thread watches it change)
+TEAM_ABORT = 192  # i32: a thread left early (an error, the cancel word): the others stop waiting
+TEAM_HEADER = TEAM_PANEL  # bytes of the header the runtime clears for each call
 
 
 def gemm_team_bytes() -> int:

@@ -12,10 +12,13 @@ from .loops import LoopLowering
 from .pipelined import PipelineLowering
 from .prefetch import PrefetchLowering
 from .statements import StatementLowering
+from .team import TeamLowering
 from .vector_width import apply_vector_width
 
 
-class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLowering, PrefetchLowering):
+class Lowering(
+    LoopLowering, PipelineLowering, StatementLowering, GemmCallLowering, PrefetchLowering, TeamLowering
+):
     """Emits one kernel module from a KernelPlan, one job per base class (their state is
     LoweringState). Single use: construct, then call `run()`."""
 
@@ -25,6 +28,9 @@ class Lowering(LoopLowering, PipelineLowering, StatementLowering, GemmCallLoweri
             self.decision = decision
             self.gemm_team = decision.split is Split.GEMM_TEAM
             self.gemm_overwrite = decision.overwrite
+            if decision.split is Split.LOOP_TEAM:  # returns from tl_team<n>, its own function
+                self.emit_team_phase(decision.index, phase.node)
+                continue
             if not decision.folded:  # a folded init: the next phase's GEMM stores C instead
                 self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))

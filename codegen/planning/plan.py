@@ -47,6 +47,7 @@ from .storage import (
     storage_report,
     workspace_end,
 )
+from .teams import team_barriers, team_phase
 
 #: Footprints larger than this are not prefetched (they would not stay in L2 for long), nor
 #: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
@@ -79,6 +80,9 @@ class Split(enum.Enum):
     SERIAL = "serial"  # one thread runs the whole phase
     OUTER_LOOP = "outer loop"  # the phase's outermost loop carries no dependence: split its iterations
     GEMM_TEAM = "gemm"  # the phase is one contraction call: threads pack B together, split C's rows
+    # the outermost loop carries a dependence, a parallel loop lies inside it: every thread runs
+    # the sequential loop, splitting the parallel loops, with barriers between (planning/teams.py)
+    LOOP_TEAM = "team"
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class PhaseDecision:
             parts.append("serial")
         elif self.split is Split.GEMM_TEAM:
             parts.append("threads share the gemm (B packed once, blocks of C's rows)")
+        elif self.split is Split.LOOP_TEAM:
+            parts.append("a team of threads runs the sequential loop, splitting the parallel loops inside")
         else:
             parts.append(f"threads split the {self.split.value}")
         if self.overwrite:
@@ -214,6 +220,8 @@ class KernelPlan:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split without a parallel loop")
             if decision.split is Split.GEMM_TEAM and gemm_phase(phase, self.contractions) is None:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split as a GEMM without one")
+            if decision.split is Split.LOOP_TEAM and not team_phase(phase, self.ast):
+                raise PlanError(f"{self.program.name}: phase {decision.index} run by a team without one")
             if decision.folded and (
                 decision.index + 1 >= len(self.phases) or not self.phases[decision.index + 1].overwrite
             ):
@@ -243,7 +251,12 @@ class KernelPlan:
             if decision.split is Split.OUTER_LOOP and not decision.folded:
                 span = loop_range(phase.loop, values)
             team = decision.split is Split.GEMM_TEAM
-            runs.append(PhasePlan(decision.index, span, work, decision.chunked and span is not None, team))
+            barriers = 0
+            if decision.split is Split.LOOP_TEAM:  # how many barriers (unknown: one thread)
+                barriers = team_barriers(phase, self.ast, values) or 0
+                team = barriers > 0
+            chunked = decision.chunked and span is not None
+            runs.append(PhasePlan(decision.index, span, work, chunked, team, barriers))
         return tuple(runs)
 
 
@@ -302,10 +315,17 @@ def plan_kernel(
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts)
     folded = _folded_inits(scop, ast, contractions, sizes) if transform else set()
+    teams = {
+        n
+        for n, phase in enumerate(ast.phases)
+        if options.optimize and n not in pipelines and n not in folded and team_phase(phase, ast)
+        and not any(s in contractions for s in phase.statements)
+        and not any(c.phase == n for c in contracted.values())  # one slice per thread: not shared
+    }  # fmt: skip
     phases = tuple(
         PhaseDecision(
             n,
-            Split.SERIAL if n in folded else _split(phase, contractions),
+            Split.SERIAL if n in folded else Split.LOOP_TEAM if n in teams else _split(phase, contractions),
             _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
             pipelines.get(n),
             _chunked(phase, contractions) and n not in folded,

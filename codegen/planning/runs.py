@@ -10,12 +10,21 @@ class PhasePlan:
     """How the runtime dispatches one phase for one call: the (first, stop, step) of the loop
     whose iterations threads split, if any, the phase's work in statement instances, whether
     the runtime runs that loop in chunks, checking the cancel word between them (`chunked`), and
-    whether the phase is one GEMM call that a team of threads shares (`team`: each thread's call
-    gets lo = the address of a shared block of `emit.gemm_team.gemm_team_bytes()`, its counters
-    zeroed and the team size at TEAM_SIZE; lo = INT64_MIN runs the GEMM on one thread)."""
+    whether a team of threads shares the phase (`team`: each thread's call gets lo = the address
+    of a shared block laid out as in `emit.gemm_team`, its header zeroed and the team size at
+    TEAM_SIZE; lo = INT64_MIN runs the phase on one thread). A GEMM team (one GEMM call,
+    `barriers` 0) takes tasks from the block's counters; a loop team (`barriers` > 0, the trip
+    count of the phase's sequential outer loop) runs that loop on every thread, splitting the
+    parallel loops inside by thread index (hi = the thread's index), with a barrier after each:
+    all its threads must run at once."""
 
     index: int
     loop_range: tuple[int, int, int] | None
     work: int
     chunked: bool = False
     team: bool = False
+    barriers: int = 0
+
+    @property
+    def loop_team(self) -> bool:
+        return self.team and self.barriers > 0

@@ -14,6 +14,14 @@ short), gives the workspaces back, and only then re-raises. ctypes calls cannot 
 the calling thread, so a long serial call from the main thread runs on a pool thread too, while
 the main thread waits in short, interruptible steps.
 
+Loop teams (PhasePlan.loop_team): a phase whose outer loop is sequential with parallel loops
+inside runs as one call per thread, all at once, meeting at barriers in the generated code (one
+dispatch per call, not per outer iteration). Its threads come from a pool of their own that one
+team call uses at a time, so that they all run at once (a barrier with a member still queued
+behind another call's work would wait for it); a team call that finds that pool busy (another
+Python thread's team) runs its phase on one thread. A thread that leaves early (an error, the
+cancel word) raises the team's abort word, and the others leave their barriers too.
+
 Fork: the pool's threads do not survive fork(); a forked child starts with no pool and fresh locks
 (`os.register_at_fork`), so kernels work in children of the `fork`, `spawn` and `forkserver`
 start methods alike.
@@ -51,11 +59,18 @@ POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal ha
 # parts instead of holding the whole call up; each part is one more call (a few µs)
 DYNAMIC_WORK = 1 << 22
 DYNAMIC_PARTS = 2
+# statement instances of a loop team's phase per iteration of its sequential loop (per barrier,
+# about) below which the phase runs on one thread: a barrier costs about a microsecond when the
+# threads have cores of their own, but up to a time slice when the machine is over-subscribed
+TEAM_STEP_WORK = 1 << 16
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
 _pool_lock = threading.Lock()
 _serial_pool: ThreadPoolExecutor | None = None  # long serial calls of the main thread
+_team_pool: ThreadPoolExecutor | None = None  # loop teams' threads, one team call at a time
+_team_pool_size = 0
+_team_busy = threading.Lock()  # held by the team call running on _team_pool
 _NEVER = np.zeros(1, dtype=np.int32)  # the cancel word of calls that run on the calling thread alone
 _NEVER_ADDRESS = _NEVER.ctypes.data
 
@@ -69,6 +84,18 @@ def _executor(threads: int) -> ThreadPoolExecutor:
             _pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tensorlang")
             _pool_size = threads
         return _pool
+
+
+def _team_executor(threads: int) -> ThreadPoolExecutor:
+    """Threads for loop teams (call with _team_busy held): none runs anything else."""
+    global _team_pool, _team_pool_size
+    with _pool_lock:
+        if _team_pool is None or _team_pool_size < threads:
+            if _team_pool is not None:
+                _team_pool.shutdown(wait=False)
+            _team_pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tensorlang-team")
+            _team_pool_size = threads
+        return _team_pool
 
 
 def _serial_executor() -> ThreadPoolExecutor:
@@ -93,9 +120,10 @@ def renew_after_fork(obj) -> None:
 def _after_fork_in_child() -> None:
     """The pools' threads do not exist in a forked child, and a lock another thread held at fork
     time stays held forever: start with no pools and fresh locks."""
-    global _pool, _pool_size, _pool_lock, _serial_pool
+    global _pool, _pool_size, _pool_lock, _serial_pool, _team_pool, _team_pool_size, _team_busy
     _pool, _pool_size, _serial_pool = None, 0, None
-    _pool_lock = threading.Lock()
+    _team_pool, _team_pool_size = None, 0
+    _pool_lock, _team_busy = threading.Lock(), threading.Lock()
     for obj in list(_fork_renewed):
         obj.after_fork()
 
@@ -145,9 +173,9 @@ class Workspaces:
 
 
 class _Teams:
-    """Shared blocks of cooperative GEMM phases (PhasePlan.team): a packed panel of B and the
-    counters the team's threads take tasks with. One per phase call, kept for reuse; only the
-    header is cleared for a new call."""
+    """Shared blocks of cooperative phases (PhasePlan.team): for a GEMM, a packed panel of B and
+    the counters the team's threads take tasks with; for a loop team, the barrier's words. One
+    per phase call, kept for reuse; only the header is cleared for a new call."""
 
     def __init__(self):
         self._idle: list[tuple[np.ndarray, int]] = []
@@ -157,10 +185,10 @@ class _Teams:
     def after_fork(self) -> None:
         self._lock = threading.Lock()
 
-    def take(self, threads: int) -> tuple[np.ndarray, int]:
-        from ..emit.gemm_team import TEAM_SIZE, gemm_team_bytes  # host facts: loaded on first use
+    def take(self, threads: int, gemm: bool = True) -> tuple[np.ndarray, int]:
+        from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes  # host facts: on first use
 
-        nbytes = gemm_team_bytes()
+        nbytes = gemm_team_bytes() if gemm else TEAM_HEADER
         with self._lock:
             while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
                 self._idle.pop()  # made for another blocking
@@ -169,7 +197,7 @@ class _Teams:
             buf = np.empty(nbytes + 64, dtype=np.uint8)
             block = (buf, (buf.ctypes.data + 63) // 64 * 64)
         buf, address = block
-        header = buf[address - buf.ctypes.data :][: TEAM_SIZE + 8].view(np.int64)
+        header = buf[address - buf.ctypes.data :][:TEAM_HEADER].view(np.int64)
         header[:] = 0
         header[TEAM_SIZE // 8] = threads
         return block
@@ -386,9 +414,15 @@ def _run_phases(
     for plan in plans:
         pieces = []
         team = None
+        busy = None  # _team_busy, held while this phase's loop team runs
         claims = None  # the loop's parts, taken in turn by the pieces
         if threads > 1 and plan.work >= MIN_PARALLEL_WORK:
-            if plan.team:  # every thread calls the phase with the shared block as lo
+            if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
+                if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
+                    busy = _team_busy
+                    team = _teams.take(threads, gemm=False)
+                    pieces = [(team[1], t) for t in range(threads)]
+            elif plan.team:  # every thread calls the phase with the shared block as lo
                 team = _teams.take(threads)
                 pieces = [(team[1], 0)] * threads
             elif plan.loop_range is not None:
@@ -415,7 +449,7 @@ def _run_phases(
                 leased.extend(workspaces.lease(len(pieces) - len(leased)))
             errors = [np.zeros(4, dtype=np.int64) for _ in pieces]
             calls = [(err, lo, hi, ws) for err, (lo, hi), (_, ws) in zip(errors, pieces, leased)]
-            pool = _executor(threads)
+            pool = _team_executor(threads) if busy is not None else _executor(threads)
         # a call short enough to deliver an interrupt when it returns (not `watched`) runs its
         # first piece on the calling thread: one thread fewer to wake, and that one is running
         inline = not watched and len(calls) > 1
@@ -435,7 +469,11 @@ def _run_phases(
         finally:
             if team is not None:  # no piece is inside the kernel any more (nor will enter it)
                 _teams.give_back(team)
-        for code, (err, *_) in zip(codes, calls):
-            if code:
-                return code, err
+            if busy is not None:
+                busy.release()
+        # a loop team's thread that left its barrier because another failed says ERROR_CANCELLED:
+        # the failure itself is the answer
+        failed = [(code, err) for code, (err, *_) in zip(codes, calls) if code]
+        for code, err in sorted(failed, key=lambda f: f[0] == ERROR_CANCELLED):
+            return code, err
     return 0, error

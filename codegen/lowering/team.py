@@ -1,0 +1,173 @@
+"""lowering: a LOOP_TEAM phase → its tl_phase<n> wrapper and tl_team<n>, the loop nest every thread of a team runs.
+
+The runtime calls the phase on every thread of the team with lo = the address of the team's
+shared block (emit/gemm_team.py) and hi = the thread's index, or once with lo = INT64_MIN to run
+it on one thread (no barriers then). Which nodes are split, run by every thread or by thread 0
+alone is decided in planning/teams.py; here each split loop takes the thread's static share of
+its iterations (contiguous, by index, as the runtime splits an outer loop) and each unit of work
+ends at the team's barrier (barrier.py). tl_team<n> may leave early (a failed run-time check, a
+cancel): the wrapper then sets the team's abort word, so that no other thread waits for it.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+import llvmlite.ir as ll
+
+from ..emit import values as V
+from ..emit.gemm_team import TEAM_SIZE
+from ..planning.astgen import unwrap
+from ..planning.teams import holds_team_split, is_team_split, split_bound
+from .barrier import define_barrier, mark_aborted
+from .state import LoweringState
+
+INT64_MIN = -(2**63)
+
+
+class TeamLowering(LoweringState):
+    """The phases a team of threads runs (Split.LOOP_TEAM)."""
+
+    def emit_team_phase(self, n: int, node: isl.AstNode) -> None:
+        """After begin_phase(n): make tl_phase<n> call tl_team<n> (and raise the team's abort
+        word when it fails), then emit tl_team<n>'s loops and return."""
+        wrapper, b = self.body, self.b
+        fn = ll.Function(self.module, wrapper.function_type, f"tl_team{n}")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for arg in fn.args[: len(self.layout.tensors)]:
+            arg.add_attribute("noalias")
+        code = b.call(fn, wrapper.args)
+        with b.if_then(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), likely=False):
+            mark_aborted(b, self._team_block(b, wrapper.args[-4]))
+        b.ret(code)
+
+        self.body = fn
+        self.b = b = ll.IRBuilder(fn.append_basic_block("entry"))
+        self.error_ptr, self.lo, self.hi, self.workspace, self.cancel = fn.args[-5:]
+        if self.param_values is None:
+            self.params = dict(zip(self.layout.params, fn.args[len(self.layout.tensors) : -5]))
+        self.pointers = dict(zip(self.layout.tensors, fn.args))
+        alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
+        self.team_block = self._team_block(b, self.lo)
+        one = b.alloca(V.I64)
+        b.store(ll.Constant(V.I64, 1), one)
+        size_ptr = b.bitcast(b.gep(self.team_block, [ll.Constant(V.I64, TEAM_SIZE)]), V.I64.as_pointer())
+        self.team_size = b.load(b.select(alone, one, size_ptr))
+        self.team_index = b.select(alone, ll.Constant(V.I64, 0), self.hi)
+        self.barrier = define_barrier(self.module)
+        self.decision = None  # the loops below are not the runtime's split loop
+        self.emit_team(node, {})
+        self.b.ret(ll.Constant(V.I32, 0))
+
+    @staticmethod
+    def _team_block(b: ll.IRBuilder, lo: ll.Value) -> ll.Value:
+        """The shared block whose address `lo` holds; null when the phase runs on one thread."""
+        alone = b.icmp_signed("==", lo, ll.Constant(V.I64, INT64_MIN))
+        null = ll.Constant(V.I8.as_pointer(), None)
+        return b.select(alone, null, b.inttoptr(lo, V.I8.as_pointer()))
+
+    def emit_team(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        """Emit `node` at team level: every thread runs it (planning/teams.py)."""
+        node = unwrap(node)
+        NT = isl.ast_node_type
+        t = node.get_type()
+        if t == NT.if_:  # its condition is the same on every thread: a barrier only where taken
+            cond = self.ast_expr(node.if_get_cond(), env)
+            with self.b.if_else(cond) as (then, otherwise):
+                with then:
+                    self.emit_team(node.if_get_then_node(), env)
+                with otherwise:
+                    if node.if_has_else_node():
+                        self.emit_team(node.if_get_else_node(), env)
+        elif not holds_team_split(node, self.ast):
+            self._emit_solo([node], env)
+        elif t == NT.block:
+            children = node.block_get_children()
+            solo: list[isl.AstNode] = []  # consecutive children without a split: one unit
+            for i in range(children.n_ast_node()):
+                child = children.get_at(i)
+                if unwrap(child).get_type() == NT.if_ or holds_team_split(child, self.ast):
+                    if solo:
+                        self._emit_solo(solo, env)
+                        solo = []
+                    self.emit_team(child, env)
+                else:
+                    solo.append(child)
+            if solo:
+                self._emit_solo(solo, env)
+        elif node.for_is_degenerate():
+            name = node.for_get_iterator().get_id().get_name()
+            self.emit_team(node.for_get_body(), {**env, name: self.ast_expr(node.for_get_init(), env)})
+        elif is_team_split(node, self.ast):
+            self._emit_split(node, env)
+        else:
+            self._emit_team_loop(node, env)
+
+    def _emit_team_loop(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        """A sequential loop every thread runs, polling the cancel word once per iteration."""
+        b = self.b
+        name = node.for_get_iterator().get_id().get_name()
+        init = self.ast_expr(node.for_get_init(), env)
+        self.loop_depth += 1
+        try:
+            _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=False, poll=True)
+            inner = {**env, name: iv}
+            inc = self.ast_expr(node.for_get_inc(), inner)
+            self.emit_team(node.for_get_body(), inner)
+            iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+            b.branch(iv.parent)
+            b.position_at_end(exit_)
+        finally:
+            self.loop_depth -= 1
+
+    def _emit_split(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
+        """A parallel loop: this thread's contiguous share of its iterations, then the barrier."""
+        b = self.b
+        name = node.for_get_iterator().get_id().get_name()
+        init = self.ast_expr(node.for_get_init(), env)
+        step = self.ast_expr(node.for_get_inc(), env)
+        bound = self.ast_expr(split_bound(node), env)
+        if node.for_get_cond().get_op_type() == isl.ast_expr_op_type.le:
+            bound = b.add(bound, ll.Constant(V.I64, 1), flags=["nsw"])
+        span = b.sub(bound, init)
+        zero = ll.Constant(V.I64, 0)
+        rounded = b.sdiv(b.add(span, b.sub(step, ll.Constant(V.I64, 1))), step)
+        count = b.select(b.icmp_signed(">", span, zero), rounded, zero)
+
+        def start(index: ll.Value) -> ll.Value:
+            return b.add(init, b.mul(b.sdiv(b.mul(count, index), self.team_size), step))
+
+        saved = self.lo, self.hi
+        self.lo = start(self.team_index)
+        self.hi = start(b.add(self.team_index, ll.Constant(V.I64, 1)))
+        self.loop_depth += 1
+        try:
+            _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=True)
+            inner = {**env, name: iv}
+            inc = self.ast_expr(node.for_get_inc(), inner)
+            self.emit_node(node.for_get_body(), inner)
+            iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+            b.branch(iv.parent)
+            b.position_at_end(exit_)
+        finally:
+            self.loop_depth -= 1
+            self.lo, self.hi = saved
+        self._emit_barrier()
+
+    def _emit_solo(self, nodes: list[isl.AstNode], env: dict[str, ll.Value]) -> None:
+        """Work with no split loop: thread 0 runs it, then the barrier."""
+        b = self.b
+        self.loop_depth += 1  # no cancel polls of an outermost loop: the team loop polls
+        try:
+            with b.if_then(b.icmp_signed("==", self.team_index, ll.Constant(V.I64, 0))):
+                for node in nodes:
+                    self.emit_node(node, env)
+        finally:
+            self.loop_depth -= 1
+        self._emit_barrier()
+
+    def _emit_barrier(self) -> None:
+        b = self.b
+        code = b.call(self.barrier, [self.team_block, self.cancel])
+        with b.if_then(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), likely=False):
+            b.ret(code)
