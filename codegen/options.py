@@ -15,10 +15,10 @@ from tensorlang.errors import TensorLangError
 
 from .host.blocking import check_gemm_blocking
 from .lowering.vector_width import check_vector_width
-from .planning.options import CodegenOptions
+from .planning.options import CodegenOptions, check_thread_split
 
 # tuning knobs (codegen/tune) the repr shows only when set, so that other Options keep their repr
-_SHOWN_WHEN_SET = frozenset({"loop_order", "band_tiles", "vector_width", "gemm_blocking"})
+_SHOWN_WHEN_SET = frozenset({"loop_order", "band_tiles", "vector_width", "gemm_blocking", "thread_split"})
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,11 @@ class Options:
         (None: the target's preference).
     gemm_blocking: (MC, NC, KC) cache blocks of the packed GEMM that contractions call (None: the
         host's, codegen/host/blocking.py; rounded to the register tile).
-    The repr shows these four only when they are set.
+    thread_split: how phases use the threads: None, the plan's choice (threads split a phase's
+        outer parallel loop, share a GEMM, or run a sequential loop as a team), or "serial": every
+        phase on the calling thread (no dispatch: small kernels). The loop that is split follows
+        loop_order (the outermost parallel member).
+    The repr shows these five only when they are set.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -76,6 +80,7 @@ class Options:
     band_tiles: tuple[tuple[int, ...] | None, ...] | None = None
     vector_width: int | None = None
     gemm_blocking: tuple[int, int, int] | None = None
+    thread_split: str | None = None
 
     def __repr__(self) -> str:
         shown = [
@@ -96,6 +101,7 @@ class Options:
         try:
             object.__setattr__(self, "vector_width", check_vector_width(self.vector_width))
             object.__setattr__(self, "gemm_blocking", check_gemm_blocking(self.gemm_blocking))
+            object.__setattr__(self, "thread_split", check_thread_split(self.thread_split))
         except ValueError as exc:
             raise TensorLangError(str(exc)) from None
         bound = self.max_specializations
@@ -127,6 +133,7 @@ class Options:
             self.optimize,
             vector_width=self.vector_width,
             gemm_blocking=self.gemm_blocking,
+            thread_split=self.thread_split,
         )
 
     def thread_count(self) -> int:

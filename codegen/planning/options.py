@@ -4,6 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+THREAD_SPLITS = (None, "serial")
+
+
+def check_thread_split(value: object) -> str | None:
+    """Options.thread_split validated (ValueError otherwise)."""
+    if value in THREAD_SPLITS and not isinstance(value, bool):
+        return value
+    raise ValueError(f"Options.thread_split must be None or 'serial', got {value!r}")
+
 
 @dataclass(frozen=True)
 class CodegenOptions:
@@ -18,6 +27,7 @@ class CodegenOptions:
     vector_width: the vector register width in bits (128, 256, 512) the vectorisers may use
         (None: the target's preference).
     gemm_blocking: (MC, NC, KC) cache blocks of the GEMM calls (None: the host's, host.blocking).
+    thread_split: None (the plan's split of each phase) or "serial" (every phase on one thread).
     """
 
     vectorize: bool = True
@@ -28,3 +38,4 @@ class CodegenOptions:
     optimize: bool = True
     vector_width: int | None = None
     gemm_blocking: tuple[int, int, int] | None = None
+    thread_split: str | None = None

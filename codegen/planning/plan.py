@@ -322,10 +322,12 @@ def plan_kernel(
         and not any(s in contractions for s in phase.statements)
         and not any(c.phase == n for c in contracted.values())  # one slice per thread: not shared
     }  # fmt: skip
+    # Options.thread_split="serial" (a tuning knob): every phase on the calling thread
+    serial = set(range(len(ast.phases))) if options.thread_split == "serial" else folded
     phases = tuple(
         PhaseDecision(
             n,
-            Split.SERIAL if n in folded else Split.LOOP_TEAM if n in teams else _split(phase, contractions),
+            Split.SERIAL if n in serial else Split.LOOP_TEAM if n in teams else _split(phase, contractions),
             _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
             pipelines.get(n),
             _chunked(phase, contractions) and n not in folded,

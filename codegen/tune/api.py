@@ -158,7 +158,8 @@ def tune(
         db.add_program(key, program.name, description)
         previous = db.trials(key)
         schedule_text = default_kernel.inspect("schedule")
-        space = space_.space_for(schedule_text, sizes, _gemm_blocks(default_kernel, sizes, dtypes))
+        gemm = _gemm_blocks(default_kernel, sizes, dtypes)
+        space = space_.space_for(schedule_text, sizes, gemm, base.thread_count())
         rng = random.Random(int(key[:8], 16) ^ len(previous))
         earlier_ok = sorted((t.seconds, t.id, t.knobs) for t in previous if t.status == "ok" and t.seconds)
         seeds = [k for _, _, k in earlier_ok[:4]]

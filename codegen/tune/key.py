@@ -30,6 +30,7 @@ TUNED_KNOBS = (
     "band_tiles",  # scheduler/order.py
     "vector_width",  # lowering/vector_width.py
     "gemm_blocking",  # host/blocking.py
+    "thread_split",  # planning/plan.py
 ) + tuple(k for k in ("time_tile",) if k in Options.__dataclass_fields__)  # scheduler/timetile.py
 _BOOLS = ("vectorize", "pipeline", "prefetch")
 MACHINE_FIELDS = ("triple", "cpu", "features", "caches", "gemm", "tensorlang", "llvmlite", "llvm", "python")

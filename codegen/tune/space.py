@@ -12,9 +12,11 @@ a choice the plan makes:
   vectorisers use, 128/256/512 bits);
 - gemm_blocking: the MC/NC/KC cache blocks of the packed GEMM, when the plan calls one (steps of
   2× around the host's blocking);
-- row pipelining and prefetching.
-The thread count is not a knob: it is part of the key (a record is for one thread count), and
-the thread split follows the plan.
+- row pipelining and prefetching;
+- thread_split: the plan's split of each phase over the threads, or "serial" (every phase on the
+  calling thread: no dispatch), offered when the key has more than one thread. Which loop the
+  threads split follows loop_order (the outermost parallel member).
+The thread count is not a knob: it is part of the key (a record is for one thread count).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ MAX_TILE = 256
 UNROLLS = (None, 2, 4, 8)
 FUSIONS = ("auto", "max", "none")
 VECTOR_WIDTHS = (None, 128, 256, 512)
+THREAD_SPLITS = (None, "serial")
 # the knobs mutate picks from, and how often (tiles: the largest part of the space)
 _WEIGHTS = {
     "tile": 5,
@@ -43,6 +46,7 @@ _WEIGHTS = {
     "band_tiles": 2,
     "vector_width": 1,
     "gemm_blocking": 3,
+    "thread_split": 1,
 }
 
 
@@ -52,6 +56,7 @@ class Space:
     tiles: tuple[int, ...]  # candidate tile sizes, ascending
     bands: tuple[int, ...] = ()  # members of each outermost permutable band (band_tiles' entries)
     gemm: tuple[int, int, int] | None = None  # the host's (MC, NC, KC) when the plan calls a GEMM
+    threads: int = 1  # the key's thread count (thread_split is a choice only with several)
 
     def default(self) -> dict:
         return key_.knobs_json(key_.Options())
@@ -78,6 +83,8 @@ class Space:
             out.remove("band_tiles")
         if self.gemm is None:
             out.remove("gemm_blocking")
+        if self.threads < 2:
+            out.remove("thread_split")
         return [k for k in out if k in _WEIGHTS]
 
     def sample(self, rng: random.Random) -> dict:
@@ -93,6 +100,7 @@ class Space:
             "loop_order": rng.choice(self.orders) if rng.random() < 0.5 else None,
             "vector_width": rng.choice(VECTOR_WIDTHS),
             "gemm_blocking": rng.choice(self.blockings),
+            "thread_split": rng.choice(THREAD_SPLITS) if self.threads > 1 else None,
         }
         if len(self.bands) >= 2 and rng.random() < 0.3:
             out["band_tiles"] = [
@@ -123,6 +131,8 @@ class Space:
         for w in VECTOR_WIDTHS:
             out.append({**knobs, "vector_width": w})
         out += [{**knobs, "gemm_blocking": b} for b in self._near_blockings(knobs["gemm_blocking"])]
+        if self.threads > 1:
+            out += [{**knobs, "thread_split": t} for t in THREAD_SPLITS]
         if len(self.bands) >= 2:
             for i, n in enumerate(self.bands):
                 for t in (16, 64):
@@ -154,6 +164,8 @@ class Space:
             elif which == "gemm_blocking":
                 near = self._near_blockings(child["gemm_blocking"])
                 child["gemm_blocking"] = rng.choice(near) if near else None
+            elif which == "thread_split":
+                child["thread_split"] = "serial" if child["thread_split"] is None else None
             elif which == "band_tiles":
                 i = rng.randrange(len(self.bands))
                 value = None if rng.random() < 0.3 else [rng.choice(self.tiles)] * self.bands[i]
@@ -254,9 +266,12 @@ def tile_values(sizes: Mapping[str, int]) -> tuple[int, ...]:
 
 
 def space_for(
-    schedule_text: str, sizes: Mapping[str, int], gemm: tuple[int, int, int] | None = None
+    schedule_text: str,
+    sizes: Mapping[str, int],
+    gemm: tuple[int, int, int] | None = None,
+    threads: int = 1,
 ) -> Space:
-    """The space of a kernel: its default schedule's bands, its sizes' tiles, and `gemm`, the
-    host's (MC, NC, KC) when its default plan calls the packed GEMM."""
+    """The space of a kernel: its default schedule's bands, its sizes' tiles, `gemm`, the host's
+    (MC, NC, KC) when its default plan calls the packed GEMM, and the key's thread count."""
     bands = tuple(min(n, 3) for n in permutable_bands(schedule_text))
-    return Space(band_depth(schedule_text), tile_values(sizes), bands, gemm)
+    return Space(band_depth(schedule_text), tile_values(sizes), bands, gemm, threads)

@@ -232,6 +232,24 @@ def test_gemm_variant_from_the_disk_cache_in_a_fresh_process(tmp_path):
     assert runs[0]["ok"] and runs[1]["ok"] and runs[1]["hits"] >= 1
 
 
+# ---------------------------------------------------------------------- thread split
+
+
+@pytest.mark.parametrize("source, shapes", [(TRANSPOSE, [(101, 67)]), (MATMUL, [(131, 127), (127, 149)])])
+def test_serial_thread_split_runs_every_phase_on_one_thread(source, shapes):
+    arrays = [_rng(i).standard_normal(s, dtype=np.float32) for i, s in enumerate(shapes)]
+    default = tl.compile(source, options=tl.Options(tuned=False, threads=2))
+    serial = tl.compile(source, options=tl.Options(tuned=False, threads=2, thread_split="serial"))
+    np.testing.assert_allclose(serial(*arrays), default(*arrays), rtol=1e-5, atol=1e-5)
+    sizes = dict(zip(("N", "M"), shapes[0])) if source == TRANSPOSE else {"M": 131, "K": 127, "N": 149}
+    plan = serial.inspect("plan", sizes=sizes)
+    phases = [line for line in plan.splitlines() if line.startswith("// phase")]
+    assert phases and all("; serial" in line or "folded into" in line for line in phases)
+    assert plan != default.inspect("plan", sizes=sizes)
+    with pytest.raises(tl.TensorLangError, match="thread_split"):
+        tl.Options(thread_split="inner")
+
+
 # ---------------------------------------------------------------------- the space and records
 
 
@@ -242,7 +260,11 @@ def test_space_offers_the_new_knobs_and_every_point_is_valid_options():
     s = space.space_for(k.inspect("schedule"), sizes, (cfg.mc, cfg.nc, cfg.kc))
     d = s.default()
     near = s.neighbours(d)
-    for knob in ("loop_order", "vector_width", "gemm_blocking"):
+    assert not any(n["thread_split"] for n in near)  # one thread: nothing to split
+    s = space.space_for(k.inspect("schedule"), sizes, (cfg.mc, cfg.nc, cfg.kc), threads=2)
+    d = s.default()
+    near = s.neighbours(d)
+    for knob in ("loop_order", "vector_width", "gemm_blocking", "thread_split"):
         assert any(n[knob] is not None for n in near), knob
     # loop orders offered are exactly the permutations of the deepest band's members
     assert all(sorted(o) == list(range(s.depth)) for o in s.orders if o is not None)

@@ -110,9 +110,10 @@ def test_wrong_crashing_and_hanging_candidates_fail(monkeypatch):
 
 def test_wrong_candidate_fails(monkeypatch):
     monkeypatch.setenv("TENSORLANG_TUNE_FAULTS", "1:wrong,2:crash")
-    r = tl.tune(SCALE, _a(), budget_s=2.5, progress=False)
+    r = tl.tune(SCALE, _a(), budget_s=4, progress=False)
     statuses = _statuses(r.key)
-    assert statuses[:3] == ["ok", "wrong", "crash"], statuses
+    # the third trial may not fit the budget on a loaded machine (each runs in a fresh process)
+    assert statuses[:2] == ["ok", "wrong"] and statuses[2:3] in ([], ["crash"]), statuses
     with database.Database() as db:
         best = db.best(r.key)
         wrong = [t for t in db.trials(r.key) if t.status != "ok"]
@@ -301,15 +302,26 @@ def test_executor_process_pool():
     import multiprocessing as mp
 
     with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
-        r = tl.tune(SCALE, _a(), budget_s=1.5, executor=ex, progress=False)
+        r = tl.tune(SCALE, _a(), budget_s=3, executor=ex, progress=False)
     assert r.trials >= 2 and r.best_s <= r.default_s
 
 
+@pytest.mark.slow  # a local cluster of two worker processes starts in a few seconds
 def test_executor_dask():
-    distributed = pytest.importorskip("dask.distributed")
-    with distributed.Client(processes=True, n_workers=2, threads_per_worker=1) as client:
-        r = tl.tune(SCALE, _a(), budget_s=1.5, executor=client.get_executor(), progress=False)
-    assert r.best_s <= r.default_s
+    """The README's example: a local Dask cluster's executor; candidates run as Dask tasks on
+    the workers (each compiles, checks and times its candidate in a child process there)."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.Client(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as client:
+        with distributed.get_task_stream(client) as stream:
+            r = tl.tune(SCALE, _a(), budget_s=3, executor=client.get_executor(), progress=False)
+        ran = [t for t in stream.data if "evaluate" in t["key"]]
+        workers = set(client.scheduler_info()["workers"])
+    assert r.trials >= 2 and r.best_s <= r.default_s
+    assert ran and {t["worker"] for t in ran} <= workers
+    with database.Database() as db:
+        assert len(db.trials(r.key)) == r.trials
 
 
 # ---------------------------------------------------------------------- the CLI
