@@ -62,6 +62,10 @@ class Options:
         phase on the calling thread (no dispatch: small kernels). The loop that is split follows
         loop_order (the outermost parallel member).
     The repr shows these five only when they are set.
+    direct_conv: run convolution-shaped contractions (a sliding window over the input, a filter
+        subscripted by the output channel and the taps) as a register-tiled direct convolution
+        (polyhedral/convolution.py) instead of GEMM calls; the filter is repacked on every call.
+        The repr shows it only when it is False.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -81,15 +85,19 @@ class Options:
     vector_width: int | None = None
     gemm_blocking: tuple[int, int, int] | None = None
     thread_split: str | None = None
+    direct_conv: bool = True
 
     def __repr__(self) -> str:
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
-            if f.name != "tuned" and not (f.name in _SHOWN_WHEN_SET and getattr(self, f.name) is None)
+            if f.name not in ("tuned", "direct_conv")
+            and not (f.name in _SHOWN_WHEN_SET and getattr(self, f.name) is None)
         ]
         if not self.tuned:
             shown.append("tuned=False")
+        if not self.direct_conv:
+            shown.append("direct_conv=False")
         return f"Options({', '.join(shown)})"
 
     def __post_init__(self) -> None:
@@ -133,6 +141,7 @@ class Options:
             self.optimize,
             vector_width=self.vector_width,
             gemm_blocking=self.gemm_blocking,
+            direct_conv=self.direct_conv,
             thread_split=self.thread_split,
         )
 

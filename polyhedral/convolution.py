@@ -114,11 +114,12 @@ def _match(
     if size_names:
         return None  # a subscript scaled by a size: leave it to the general path
     window = [
-        form for form in inp.forms
-        if any(form.coeff(v) for v in outputs) and any(form.coeff(t) for t in taps_all)
-    ]  # fmt: skip
+        form
+        for form in inp.forms
+        if any(form.coeff(v) for v in outputs) and any(form.coeff(t) and extent[t] > 1 for t in taps_all)
+    ]
     if not window:
-        return None  # no sliding window: a plain contraction (the GEMM path)
+        return None  # no window wider than one: a plain contraction (the GEMM path)
     xs = [v for v in outputs if v != f and any(form.coeff(v) for form in window)]
     x = xs[-1]  # the innermost window output: unit stride in NCHW and NHWC alike
     dims_x = [form for form in inp.forms if form.coeff(x)]

@@ -99,6 +99,8 @@ def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
         packed_in.add((fn.name, conv.statement))
         w = _pointer(state, entry, conv.wt, first, _strides(state, conv.wt.tensor), t)
         entry.call(pack, [w, wp])
+    if b.block is fn.entry_basic_block:  # instructions went in before the builder's position
+        b.position_at_end(b.block)
     i = _pointer(state, b, conv.inp, values, _strides(state, conv.inp.tensor), t)
     o = _pointer(state, b, conv.out, values, _strides(state, conv.out.tensor), t)
     b.call(kernel, [i, wp, o])

@@ -13,6 +13,7 @@ from ..emit.builtins import emit_builtin
 from ..planning.astgen import Leaf
 from ..planning.plan import Extent
 from .abi import ERROR_DIVISION, require, require_in_range
+from .conv_call import emit_conv_call
 from .state import LoweringState, PolyLeafContext
 
 
@@ -38,6 +39,9 @@ class StatementLowering(LoweringState):
         target = self.program.tensor(st.tensor)
         if stmt.name in self.plans:
             self.emit_gemm(self.plans[stmt.name], target.dtype)
+            return
+        if stmt.name in self.plan.convolutions:
+            emit_conv_call(self, self.plan.convolutions[stmt.name], target.dtype)
             return
         ptr = self.address(st.tensor, st.lhs, None)  # a scatter's subscripts are checked here
         if stmt.kind == "init":

@@ -27,6 +27,7 @@ class CodegenOptions:
     vector_width: the vector register width in bits (128, 256, 512) the vectorisers may use
         (None: the target's preference).
     gemm_blocking: (MC, NC, KC) cache blocks of the GEMM calls (None: the host's, host.blocking).
+    direct_conv: run convolution-shaped contractions as direct convolutions, not GEMM calls.
     thread_split: None (the plan's split of each phase) or "serial" (every phase on one thread).
     """
 
@@ -38,4 +39,5 @@ class CodegenOptions:
     optimize: bool = True
     vector_width: int | None = None
     gemm_blocking: tuple[int, int, int] | None = None
+    direct_conv: bool = True
     thread_split: str | None = None

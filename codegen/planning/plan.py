@@ -13,12 +13,14 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import islpy as isl
 
 from polyhedral import Scop, StatementKind
-from polyhedral.contraction import ContractionPlan, plan_contractions
+from polyhedral.contraction import ContractionPlan
+from polyhedral.convolution import ConvPlan, plan_convolutions
+from polyhedral.convolution import workspace_bytes as conv_workspace_bytes
 from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule, ScheduleOptions, compute_schedule
 from tensorlang import ir
@@ -148,6 +150,8 @@ class KernelPlan:
     workspace_bytes: int  # per-thread scratch: packed GEMM operands and contracted slices
     gemm_blocking: tuple[int, int, int] | None = None  # (MC, NC, KC) of the GEMM calls (None: the host's)
     vector_width: int | None = None  # bits the vectorisers may use (None: the target's preference)
+    # statement → its direct convolution (packed filters at the end of the workspace)
+    convolutions: Mapping[str, ConvPlan] = field(default_factory=dict)
 
     def gemm_variant(self, dtype: str) -> str:
         """The GEMM the contractions of `dtype` call (host.gemm_variant: the plan's blocking)."""
@@ -176,6 +180,8 @@ class KernelPlan:
         lines += [f"// {d.describe(p)}" for d, p in zip(self.phases, self.ast.phases)]
         for name, plan in sorted(self.contractions.items()):
             lines.append(f"// {name}: GEMM m={plan.m} n={plan.n} k={plan.k}")
+        for name, conv in sorted(self.convolutions.items()):
+            lines.append(f"// {name}: {conv.describe()}")
         for name, order in sorted(self.layouts.items()):
             lines.append(f"// {name}: passed in dimension order {order}")
         for name, slot in sorted(self.sharing.items()):
@@ -201,7 +207,9 @@ class KernelPlan:
             raise PlanError(
                 f"{self.program.name}: {len(self.phases)} decisions for {len(self.ast.phases)} phases"
             )
-        if not self.specialised and (self.contractions or self.contracted or self.layouts or self.sharing):
+        if not self.specialised and (
+            self.contractions or self.convolutions or self.contracted or self.layouts or self.sharing
+        ):
             raise PlanError(f"{self.program.name}: a generic plan with size-specific storage or GEMM calls")
         temporaries = {t.name for t in self.program.temporaries}
         for name in set(self.contracted) | set(self.sharing):
@@ -246,7 +254,7 @@ class KernelPlan:
                 # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns
                 # at 230 GFLOP/s): with MIN_PARALLEL_WORK, GEMMs from about 2^25 multiply-adds
                 # split over threads (sgemm 256 on 2 threads was 25% slower than on 1; 384 gains)
-                work += points // 128 if name in self.contractions else points
+                work += points // 128 if name in self.contractions or name in self.convolutions else points
             span = None
             if decision.split is Split.OUTER_LOOP and not decision.folded:
                 span = loop_range(phase.loop, values)
@@ -284,10 +292,11 @@ def plan_kernel(
 
     # 1. contractions: matmul-like statements become GEMM calls; the rest is rescheduled
     contractions: dict[str, ContractionPlan] = {}
+    convolutions: dict[str, ConvPlan] = {}
     if transform:
-        scop, contractions = plan_contractions(scop, sizes)
-        if contractions:
-            schedule = _reschedule(scop, contractions, schedule.options, reschedules)
+        scop, contractions, convolutions = plan_convolutions(scop, sizes, options.direct_conv)
+        if contractions or convolutions:
+            schedule = _reschedule(scop, {**contractions, **convolutions}, schedule.options, reschedules)
             if verification_enabled():
                 scop.verify()
                 schedule.verify()
@@ -302,7 +311,7 @@ def plan_kernel(
     contracted, layouts, sharing = {}, {}, {}
     if transform:
         shapes = {t.name: tuple(compile_size_expr(d)(sizes) for d in t.shape) for t in program.tensors}
-        contracted = plan_storage(scop, ast, shapes, contractions, gemm_bytes)
+        contracted = plan_storage(scop, ast, shapes, {**contractions, **convolutions}, gemm_bytes)
         layouts = plan_layouts(program, contractions, shapes)
         sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
     # 4. per phase: thread split, row pipelining, prefetching
@@ -310,7 +319,7 @@ def plan_kernel(
     if transform and options.pipeline:
         dims = {name: c.dim for name, c in contracted.items()}
         for n, phase in enumerate(ast.phases):
-            found = plan_pipeline(scop, ast, phase, values, dims, set(contractions))
+            found = plan_pipeline(scop, ast, phase, values, dims, set(contractions) | set(convolutions))
             if found is not None:
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts)
@@ -319,7 +328,7 @@ def plan_kernel(
         n
         for n, phase in enumerate(ast.phases)
         if options.optimize and n not in pipelines and n not in folded and team_phase(phase, ast)
-        and not any(s in contractions for s in phase.statements)
+        and not any(s in contractions or s in convolutions for s in phase.statements)
         and not any(c.phase == n for c in contracted.values())  # one slice per thread: not shared
     }  # fmt: skip
     # Options.thread_split="serial" (a tuning knob): every phase on the calling thread
@@ -330,7 +339,7 @@ def plan_kernel(
             Split.SERIAL if n in serial else Split.LOOP_TEAM if n in teams else _split(phase, contractions),
             _prefetched(phase, program, contractions, excluded, values) if prefetch else (),
             pipelines.get(n),
-            _chunked(phase, contractions) and n not in folded,
+            _chunked(phase, {**contractions, **convolutions}) and n not in folded,
             folded=n in folded,
             overwrite=n - 1 in folded,
         )
@@ -349,12 +358,18 @@ def plan_kernel(
         layouts=layouts,
         sharing=sharing,
         phases=phases,
-        workspace_bytes=workspace_end(contracted, gemm_bytes),
+        workspace_bytes=_with_filters(workspace_end(contracted, gemm_bytes), convolutions),
         gemm_blocking=options.gemm_blocking if contractions else None,
         vector_width=options.vector_width,
+        convolutions=convolutions,
     )
     plan.verify()
     return plan
+
+
+def _with_filters(end: int, convolutions: Mapping[str, ConvPlan]) -> int:
+    """The workspace with the packed filters of direct convolutions at its end (64-byte aligned)."""
+    return -(-end // 64) * 64 + conv_workspace_bytes(convolutions) if convolutions else end
 
 
 def _folded_inits(
@@ -400,11 +415,16 @@ def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:
 
 def _reschedule(
     scop: Scop,
-    contractions: Mapping[str, ContractionPlan],
+    contractions: Mapping[str, ContractionPlan | ConvPlan],
     options: ScheduleOptions,
     memo: MutableMapping[tuple, Schedule] | None,
 ) -> Schedule:
-    key = tuple(sorted((name, p.m, p.n, p.k) for name, p in contractions.items()))
+    key = tuple(
+        sorted(
+            (name, *((p.m, p.n, p.k) if isinstance(p, ContractionPlan) else ("conv",)))
+            for name, p in contractions.items()
+        )
+    )
     if memo is not None and key in memo:
         return memo[key]
     schedule = compute_schedule(scop, options)

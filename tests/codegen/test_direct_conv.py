@@ -1,0 +1,160 @@
+"""Direct convolution (polyhedral/convolution.py, codegen/emit/conv_kernel.py): which statements it
+takes, and differential tests against NumPy, the GEMM path (Options(direct_conv=False)) and the
+untransformed reference (Options(optimize=False)) on awkward sizes, layouts, strides and threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.lib.stride_tricks import sliding_window_view
+
+import tensorlang as tl
+
+NCHW = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }"
+NCHW64 = NCHW.replace("float(", "double(")
+SWAPPED = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! Wt(f,c,kh,kw) * I(n,c,h+kh,w+kw) }"
+STRIDED = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,2*h+kh,2*w+kw) * Wt(f,c,kh,kw) }"
+DILATED = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+2*kh,w+3*kw) * Wt(f,c,kh,kw) }"
+NHWC = "def conv(float(N,H,W,C) I, float(KH,KW,C,F) Wt) -> (O) { O(n,h,w,f) +=! I(n,h+kh,w+kw,c) * Wt(kh,kw,c,f) }"
+CONV1D = "def conv(float(C,X) I, float(F,C,K) Wt) -> (O) { O(f,x) +=! I(c,x+k) * Wt(f,c,k) }"
+CONV_BIAS_RELU = """def conv_bias_relu(float(N, C, H, W) I, float(F, C, KH, KW) Wt, float(F) Bias) -> (O) {
+    T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
+    O(n, f, h, w) = fmax(T(n, f, h, w) + Bias(f), 0)
+}"""
+
+TOL = {np.float32: 2e-4, np.float64: 1e-11}
+
+
+def conv_np(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """NCHW valid convolution (cross-correlation), stride 1, in float64."""
+    win = sliding_window_view(x.astype(np.float64), w.shape[2:], axis=(2, 3))  # N, C, H', W', KH, KW
+    return np.einsum("nchwij,fcij->nfhw", win, w.astype(np.float64))
+
+
+def _sizes(kernel, args) -> dict[str, int]:
+    sizes = {}
+    inputs = [t for t in kernel.program.tensors if t.role == "input"]
+    for t, a in zip(inputs, args):
+        for d, e in enumerate(t.shape):
+            if str(e) in kernel.interface.sizes:
+                sizes[str(e)] = a.shape[d]
+    return sizes
+
+
+def _plan(kernel, args) -> str:
+    return kernel.inspect("plan", _sizes(kernel, args))
+
+
+def _args(rng, shapes, dtype=np.float32):
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _close(got, want, dtype=np.float32):
+    tol = TOL[dtype]
+    scale = max(1.0, float(np.max(np.abs(want))))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+# N, C, H, W (input), F, KH, KW: odd and prime channels, output widths below a vector, 16k±1,
+# one f-block and a partial one, 1×1 rows of taps (3×1), 5×5 windows, batches
+NCHW_SHAPES = [
+    (1, 3, 7, 9, 8, 3, 3),  # output 5×7: fewer positions than a vector
+    (2, 5, 6, 19, 17, 3, 3),  # output width 17 = 16+1, 17 channels: a partial f-block
+    (1, 7, 5, 17, 31, 3, 3),  # output width 15 = 16-1, prime channel counts
+    (1, 4, 9, 36, 20, 5, 5),  # 5×5, output width 32
+    (3, 2, 8, 21, 9, 3, 1),  # 3×1 filter
+    (1, 1, 4, 50, 16, 1, 3),  # 1×3 filter, one input channel
+]
+
+
+@pytest.mark.parametrize("shape", NCHW_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_nchw_matches_numpy_and_the_gemm_path(shape, threads):
+    n, c, h, w, f, kh, kw = shape
+    rng = np.random.default_rng(sum(shape))
+    args = _args(rng, [(n, c, h, w), (f, c, kh, kw)])
+    k = tl.compile(NCHW, options=tl.Options(threads=threads))
+    assert "direct convolution" in _plan(k, args)
+    want = conv_np(*args)
+    _close(k(*args), want)
+    _close(tl.compile(NCHW, options=tl.Options(threads=threads, direct_conv=False))(*args), want)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 7, 12, 4, 3, 3), (2, 5, 6, 20, 9, 3, 3), (1, 6, 5, 13, 13, 5, 2)])
+def test_float64(shape):
+    n, c, h, w, f, kh, kw = shape
+    args = _args(np.random.default_rng(7), [(n, c, h, w), (f, c, kh, kw)], np.float64)
+    k = tl.compile(NCHW64, options=tl.Options(threads=1))
+    assert "8-lane vectors" in _plan(k, args)
+    _close(k(*args), conv_np(*args), np.float64)
+
+
+@pytest.mark.parametrize(
+    "src, shapes",
+    [
+        (SWAPPED, [(1, 4, 9, 20), (9, 4, 3, 3)]),
+        (STRIDED, [(2, 5, 23, 37), (17, 5, 3, 3)]),
+        (DILATED, [(1, 3, 20, 30), (20, 3, 3, 3)]),
+        (NHWC, [(2, 12, 21, 5), (3, 3, 5, 24)]),
+        (NHWC, [(1, 6, 9, 3), (2, 3, 3, 9)]),
+        (CONV1D, [(6, 40), (33, 6, 5)]),
+    ],
+    ids=["swapped", "strided", "dilated", "nhwc", "nhwc-small", "conv1d"],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_layouts_strides_dilation_match_the_reference(src, shapes, threads):
+    args = _args(np.random.default_rng(3), shapes)
+    k = tl.compile(src, options=tl.Options(threads=threads))
+    assert "direct convolution" in _plan(k, args)
+    want = tl.compile(src, options=tl.Options(optimize=False))(*args)
+    _close(k(*args), want)
+    _close(tl.compile(src, options=tl.Options(threads=threads, direct_conv=False))(*args), want)
+
+
+def test_option_off_runs_the_gemm_path():
+    args = _args(np.random.default_rng(0), [(1, 16, 10, 40), (16, 16, 3, 3)])
+    k = tl.compile(NCHW, options=tl.Options(direct_conv=False))
+    plan = _plan(k, args)
+    assert "direct convolution" not in plan and "GEMM" in plan
+    assert "direct_conv=False" in repr(tl.Options(direct_conv=False))
+    assert "direct_conv" not in repr(tl.Options())
+    _close(k(*args), conv_np(*args))
+
+
+def test_not_taken_without_a_window_or_with_few_channels():
+    rng = np.random.default_rng(0)
+    one_by_one = _args(rng, [(1, 16, 10, 20), (16, 16, 1, 1)])  # a window of one: plain GEMM
+    k = tl.compile(NCHW)
+    assert "direct convolution" not in _plan(k, one_by_one)
+    _close(k(*one_by_one), conv_np(*one_by_one))
+    few = _args(rng, [(1, 16, 10, 20), (3, 16, 3, 3)])  # 3 output channels: under half a vector
+    assert "direct convolution" not in _plan(k, few)
+    _close(k(*few), conv_np(*few))
+
+
+def test_filter_changed_between_calls_is_seen():
+    """The filter is repacked on every call: a filter updated in place gives the new result."""
+    rng = np.random.default_rng(5)
+    x, w = _args(rng, [(1, 6, 9, 20), (18, 6, 3, 3)])
+    k = tl.compile(NCHW, options=tl.Options(threads=2))
+    _close(k(x, w), conv_np(x, w))
+    w *= -2.0
+    w[3] = 1.0
+    _close(k(x, w), conv_np(x, w))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_fused_bias_relu_epilogue(threads):
+    rng = np.random.default_rng(11)
+    x, w, bias = _args(rng, [(2, 5, 11, 21), (19, 5, 3, 3), (19,)])
+    k = tl.compile(CONV_BIAS_RELU, options=tl.Options(threads=threads))
+    assert "direct convolution" in _plan(k, [x, w, bias])
+    want = np.maximum(conv_np(x, w) + bias[None, :, None, None], 0)
+    _close(k(x, w, bias), want)
+
+
+def test_non_contiguous_arguments():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 6, 12, 44)).astype(np.float32)[:, :, ::2, ::2]
+    w = np.asfortranarray(rng.standard_normal((16, 6, 3, 3)).astype(np.float32))
+    _close(tl.compile(NCHW)(x, w), conv_np(x, w))
