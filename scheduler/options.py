@@ -28,6 +28,9 @@ class ScheduleOptions:
         of that many members (scheduler/order.py; None: the cost model's order).
     band_tiles: tile sizes per permutable band of 2 or more members, in the post-pass's visiting
         order (children first); None entries and bands past the end use `tile`.
+    time_tile: tile sizes of a time-recurrence band (a stencil's skewed (t, i, j) band): time
+        steps first, then the space members, the last repeated (None: `tile` if given, else
+        chosen from the cache model; scheduler/timetile.py).
     """
 
     tile: tuple[int, ...] | None = None
@@ -37,6 +40,7 @@ class ScheduleOptions:
     threads: int | None = None
     loop_order: tuple[int, ...] | None = None
     band_tiles: tuple[tuple[int, ...] | None, ...] | None = None
+    time_tile: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loop_order", check_loop_order(self.loop_order))
@@ -48,6 +52,13 @@ class ScheduleOptions:
             if not isinstance(tile, tuple | list) or not all(_is_int(t) and t >= 1 for t in tile):
                 raise TensorLangError(f"Options.tile must be positive integers, got {self.tile!r}")
             object.__setattr__(self, "tile", tuple(tile))
+        time_tile = self.time_tile
+        if _is_int(time_tile):
+            time_tile = (time_tile,)
+        if time_tile is not None:
+            if not isinstance(time_tile, tuple | list) or not all(_is_int(t) and t >= 1 for t in time_tile):
+                raise TensorLangError(f"Options.time_tile must be positive integers, got {self.time_tile!r}")
+            object.__setattr__(self, "time_tile", tuple(time_tile))
         if self.fusion not in FUSION_STRATEGIES:
             raise TensorLangError(
                 f"Options.fusion must be one of {', '.join(FUSION_STRATEGIES)}, got {self.fusion!r}"

@@ -23,6 +23,7 @@ from tensorlang import ir
 from . import order
 from .machine import cache_size, cache_ways
 from .options import ScheduleOptions
+from .timetile import auto_sizes, tile_time_band, time_band
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,13 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
         if n >= 2:
             node = _permute_band(node, order.member_order(_member_order(scop, node), options.loop_order))
             tile, explicit = order.band_tile(options.band_tiles, next(bands), options.tile)
+            band = time_band(scop, node, member_vars(scop, node))
+            if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
+                sizes = options.time_tile or (tile if explicit else auto_sizes(band))
+                node, depth = tile_time_band(node, sizes, wavefront=threads)
+                for _ in range(depth):
+                    node = node.parent()
+                return node
             if threads and not explicit:
                 node = _strip_parallel(scop, node)
             depth = 0  # the callback must return a node at the position it was given

@@ -33,7 +33,7 @@ class LoopLowering(LoweringState):
         elif t == NT.user:
             self.emit_leaf(self.ast.leaves[node.get_annotation().get_name()], env)
         elif t == NT.if_:
-            cond = self.ast_expr(node.if_get_cond(), env)
+            cond = self.truth(self.ast_expr(node.if_get_cond(), env))
             if node.if_has_else_node():
                 with self.b.if_else(cond) as (then, otherwise):
                     with then:
@@ -164,6 +164,12 @@ class LoopLowering(LoweringState):
         b.branch(start.parent)
         b.position_at_end(block_exit)
 
+    def truth(self, value: ll.Value) -> ll.Value:
+        """A condition as i1: isl's AST may leave an integer literal in one (`c || 1`)."""
+        if value.type == ll.IntType(1):
+            return value
+        return self.b.icmp_signed("!=", value, ll.Constant(value.type, 0))
+
     def ast_expr(self, e: isl.AstExpr, env: dict[str, ll.Value]) -> ll.Value:
         b = self.b
         et = e.get_type()
@@ -197,11 +203,11 @@ class LoopLowering(LoweringState):
             return V.int_div_mod(b, "/", ScalarType.INT64, v[0], v[1])
         # isl's AST conditions are affine and cannot trap, so && / || need no short circuit
         if op in (T.and_, T.and_then):
-            return b.and_(v[0], v[1])
+            return b.and_(self.truth(v[0]), self.truth(v[1]))
         if op in (T.or_, T.or_else):
-            return b.or_(v[0], v[1])
+            return b.or_(self.truth(v[0]), self.truth(v[1]))
         if op in (T.select, T.cond):
-            return b.select(v[0], v[1], v[2])
+            return b.select(self.truth(v[0]), v[1], v[2])
         preds = {T.eq: "==", T.le: "<=", T.lt: "<", T.ge: ">=", T.gt: ">"}
         if op in preds:
             return b.icmp_signed(preds[op], v[0], v[1])

@@ -36,7 +36,16 @@ def test_the_stride_one_member_goes_innermost():
     lines = loops.splitlines()
     # the interior piece of S1 (polyhedral/split.py splits the select into S1_1 and S1_2)
     (s1,) = [n for n, line in enumerate(lines) if line.rstrip().endswith("// S1_1")]
-    loop_vars = [m.group(1) for line in lines[:s1] for m in [re.search(r"for \(int64 (c\d+) =", line)] if m]
+    # the loops enclosing the interior statement, by brace balance (time tiles put boundary
+    # loops of the same tile beside it)
+    loop_vars, level = [], 0
+    for line in reversed(lines[:s1]):
+        level += line.count("}") - line.count("{")
+        if level < 0:  # a block that encloses the statement opens here
+            level = 0
+            m = re.search(r"for \(int64 (c\d+) =", line)
+            if m:
+                loop_vars.insert(0, m.group(1))
     inner = loop_vars[-1]
     write = re.match(r"\s*B\[(.*?)\]\[(.*?)\]\[(.*?)\] =", lines[s1])
     time, row, column = write.groups()

@@ -1,0 +1,128 @@
+"""scheduler: a skewed time-recurrence band → parallelogram time tiles, with a wavefront on threads.
+
+isl schedules a stencil written as a time recurrence (`B(t, i, j) = f(B(t-1, ...))`) as one
+permutable band (t, t + i, t + j): the skew makes every dependence distance non-negative in every
+member, so any rectangular tiling of that band is legal, and a rectangle in the skewed space is a
+parallelogram in (t, i, j). A tile runs `tile_t` time steps over a block of rows, so the rows it
+reads stay in the L2 cache from one step to the next instead of streaming through memory once per
+step (Pluto's time tiling). Inside a tile the point loops run t, then the space members, the
+stride-1 one innermost so that it vectorises.
+
+With several threads the tile loops become a wavefront: w = T + I (the time tile plus the first
+space tile), then I. Every dependence goes from a tile to one with T and I both no smaller, so
+tiles on one wavefront are independent: the outer loop w is sequential and the loop I inside it
+is parallel, the shape that the runtime's team phases run with one barrier per wavefront.
+
+Storage folding (a temporary kept modulo 2 along t) stays legal under both orders: the
+anti-dependences it adds (writing B(t) over B(t - 2) after its last reader at t - 1) also have
+non-negative distances in every skewed member, so they are respected like any other dependence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import Scop
+
+from .machine import cache_size
+
+
+@dataclass(frozen=True)
+class TimeBand:
+    """A band recognised as a time recurrence: member 0 runs the time step, the others are space
+    members skewed by it; `element` is the widest element (bytes) its statements touch."""
+
+    members: int
+    element: int
+
+
+def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -> TimeBand | None:
+    """The band at `node` (already ordered: time first, stride-1 member last) if it is a skewed
+    time recurrence: permutable, no member coincident (each carries the time dependences), member
+    0 a plain index variable, and at least one other member a combination of variables (skewed).
+    `plain` is `postpass.member_vars` of the band."""
+    n = node.band_n_member()
+    if n < 2 or not node.band_get_permutable():
+        return None
+    if any(node.band_member_get_coincident(m) for m in range(n)):
+        return None
+    statements: list[str] = []
+    node.get_domain().foreach_set(lambda s: statements.append(s.get_tuple_name()))
+    if not statements or any(s not in plain[0] for s in statements):
+        return None  # the outer member is not the time step of every statement
+    if all(s in plain[m] for m in range(1, n) for s in statements):
+        return None  # no skewed member: not a time recurrence that isl skewed
+    if any(scop.statement(s).projected is not None for s in statements):
+        return None
+    element = 1
+    for s in statements:
+        for access in scop.statement(s).accesses:
+            element = max(element, scop.program.tensor(access.tensor).dtype.storage_bytes)
+    return TimeBand(n, element)
+
+
+def auto_sizes(band: TimeBand) -> tuple[int, ...]:
+    """Tile sizes from a cache footprint model, for all members but the innermost (left
+    untiled: a long stride-1 loop that vectorises with few partial vectors), or for both
+    members of a 1-d stencil. The array sizes are not known when the schedule is built, so the
+    model assumes rows of `_ROW` elements: a tile of `steps` time steps over `rows` rows per space
+    member touches about (rows + steps)^(n-2) rows of each of two planes (the temporary folded
+    modulo 2), which should fit half the L2 cache."""
+    n = band.members
+    steps = _STEPS
+    budget = cache_size(2) // 2 // band.element // 2  # elements per plane
+    if n == 2:  # one space member: a block of the row, reused over `steps` time steps
+        return (steps, max(64, min(4096, budget // 2)))
+    rows = steps
+    while ((rows * 2 + steps) ** (n - 2)) * _ROW <= budget and rows < 64:
+        rows *= 2
+    return (steps, *([rows] * (n - 2)))
+
+
+# time steps per tile: more steps reuse each row more often, but make more partial tiles at the
+# edges of the skewed domain (jacobi-2d 1000^2, 1 thread: 8 to 32 steps within noise)
+_STEPS = 8
+# the row length (elements of the untiled innermost member) the footprint model assumes
+_ROW = 1024
+
+
+def tile_time_band(
+    node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool
+) -> tuple[isl.ScheduleNode, int]:
+    """Tile the band at `node` with `sizes`, one per member, the last repeated for missing
+    members, except that a band of three or more members given one size fewer than it has
+    members keeps its innermost member untiled (a band below the tiles). With `wavefront`, skew
+    its tile loops to (T + I, I, ...) with I parallel. Returns the node of the point loops and
+    how many levels below the original position it is."""
+    ctx = node.get_ctx()
+    n = node.band_n_member()
+    if n >= 3 and len(sizes) == n - 1:
+        node = node.band_split(n - 1)
+        n -= 1
+    sizes = tuple(sizes[m] if m < len(sizes) else sizes[-1] for m in range(n))
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for m, size in enumerate(sizes):
+        mv = mv.set_val(m, isl.Val.int_from_si(ctx, size))
+    tiles = node.band_tile(mv)
+    if wavefront and n >= 2:
+        tiles = _wavefront(tiles, sizes)
+    return tiles.child(0), 1
+
+
+def _wavefront(tiles: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:
+    """(T, I, rest...) → (T + I, I, rest...) in tile numbers (isl's tile loops run over tile
+    origins, multiples of the sizes): a skew of a permutable band whose dependence distances are
+    non-negative, so it stays legal and permutable; tiles with equal T + I are independent, so
+    I is coincident (the AST builder checks it again exactly)."""
+    ctx = tiles.get_ctx()
+    mupa = tiles.band_get_partial_schedule()
+    number = [mupa.get_at(m).scale_down_val(isl.Val.int_from_si(ctx, sizes[m])).floor() for m in (0, 1)]
+    skewed = mupa.set_at(0, number[0].add(number[1]))
+    n = tiles.band_n_member()
+    tiles = tiles.delete().insert_partial_schedule(skewed)
+    tiles = tiles.band_set_permutable(1)
+    for m in range(n):
+        tiles = tiles.band_member_set_coincident(m, m == 1)
+    return tiles

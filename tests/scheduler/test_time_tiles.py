@@ -1,0 +1,154 @@
+"""Time tiles (scheduler/timetile.py): a stencil's skewed time-recurrence band is tiled with
+parallelogram tiles (time steps first, the stride-1 member innermost inside a tile), and with
+several threads its tile loops form a wavefront (sequential outer loop, parallel loop inside).
+Results match NumPy and the untransformed kernel (Options(optimize=False)) for automatic and
+explicit tile sizes, at tiny, odd and prime sizes and sizes smaller than a tile."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from polyhedral import build_scop
+from scheduler import ScheduleOptions, compute_schedule
+from scheduler.timetile import TimeBand, auto_sizes
+from tensorlang import frontend
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_stencils import CASES, _args, _as_tuple  # noqa: E402
+
+STENCILS = list(CASES)
+SIZES = {  # per stencil: the shapes (N = 1, 2, 3, 5, 7, 13 and mixes)
+    "jacobi1d": [(1,), (2,), (3,), (5,), (7,), (13,), (97,)],
+    "jacobi2d": [(1, 1), (2, 3), (3, 2), (5, 7), (13, 7), (17, 40)],
+    "heat3d": [(1, 1, 1), (2, 3, 5), (3, 3, 3), (7, 5, 13)],
+    "seidel2d": [(1, 1), (2, 3), (3, 3), (5, 7), (13, 11)],
+    "fdtd": [(1, 1), (2, 3), (3, 2), (7, 5), (13, 7)],
+}
+STEPS = (1, 2, 3, 17)
+
+
+def _schedule(name: str, **options) -> isl.Schedule:
+    program = frontend.check_source(CASES[name][0], None, "<test>")
+    schedule = compute_schedule(build_scop(program), ScheduleOptions(**options))
+    schedule.verify()
+    return schedule
+
+
+@dataclass(frozen=True)
+class Band:
+    coincident: tuple[bool, ...]
+    schedule: str  # the band's partial schedule
+    child: str | None  # the partial schedule of a band right below it
+
+
+def _bands(tree: isl.Schedule) -> list[Band]:
+    found: list[Band] = []
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band:
+            child = node.child(0) if node.n_children() else None
+            below = child is not None and child.get_type() == isl.schedule_node_type.band
+            found.append(
+                Band(
+                    tuple(bool(node.band_member_get_coincident(m)) for m in range(node.band_n_member())),
+                    str(node.band_get_partial_schedule()),
+                    str(child.band_get_partial_schedule()) if below else None,
+                )
+            )
+        return node
+
+    tree.map_schedule_node_bottom_up(visit)
+    return found
+
+
+def _time_tile_bands(schedule) -> list[Band]:
+    """Tile bands of time tiles: a band whose child band runs the tile's points, time first."""
+    return [
+        b for b in _bands(schedule.tree) if b.child is not None and "-> [((t) mod" in b.child.split("}, {")[0]
+    ]
+
+
+@pytest.mark.parametrize("name", STENCILS)
+def test_every_stencil_gets_time_tiles(name):
+    assert _time_tile_bands(_schedule(name, threads=1)), name
+
+
+@pytest.mark.parametrize("name", STENCILS)
+def test_on_threads_the_tile_loops_are_a_wavefront(name):
+    """Outer tile loop sequential, the next one coincident (parallel), the shape team phases run."""
+    schedule = _schedule(name, threads=2)
+    bands = _time_tile_bands(schedule)
+    assert bands
+    for band in bands:
+        assert band.coincident[:2] == (False, True), band
+        assert "floor((t)/" in band.schedule  # T + I in tile numbers
+
+
+def test_a_single_thread_keeps_the_tile_loops_in_lexicographic_order():
+    for band in _time_tile_bands(_schedule("jacobi2d", threads=1)):
+        assert not any(band.coincident)
+
+
+def test_explicit_sizes_are_used():
+    (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(3, 5, 7)))
+    text = band.child
+    assert "mod 3" in text and "mod 5" in text and "mod 7" in text
+
+
+def test_time_tile_option_is_validated():
+    with pytest.raises(tl.TensorLangError, match="time_tile"):
+        ScheduleOptions(time_tile=(4, 0))
+    assert ScheduleOptions(time_tile=8).time_tile == (8,)
+
+
+def test_auto_sizes_leave_the_innermost_member_untiled():
+    """A 1-d stencil tiles both members; otherwise the stride-1 member stays a whole loop."""
+    for members in (2, 3, 4):
+        for element in (4, 8):
+            sizes = auto_sizes(TimeBand(members, element))
+            assert len(sizes) == (2 if members == 2 else members - 1)
+            assert all(s >= 1 for s in sizes)
+
+
+def test_plain_bands_are_not_time_tiled():
+    """A matmul's band and a copy are not time recurrences: no tiles unless asked."""
+    program = frontend.check_source(
+        "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }", None, "<t>"
+    )
+    schedule = compute_schedule(build_scop(program), ScheduleOptions(threads=1))
+    assert "mod" not in str(schedule)
+
+
+OPTIONS = [
+    tl.Options(threads=1),  # automatic sizes, larger than every test size
+    tl.Options(threads=2),  # wavefront
+    tl.Options(threads=1, tile=(2, 3, 5), specialize=False),
+    tl.Options(threads=2, tile=(3, 2), specialize=False),
+    tl.Options(threads=2, tile=1, specialize=False),
+    tl.Options(threads=1, tile=(5, 4, 3, 2), specialize=False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", STENCILS)
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: f"threads={o.threads},tile={o.tile}")
+def test_time_tiles_match_numpy_and_the_untransformed_kernel(name, options):
+    src, ref, _ = CASES[name]
+    kernel = tl.compile(src, options=options)
+    reference = tl.compile(src, options=tl.Options(optimize=False, specialize=False))
+    rng = np.random.default_rng(len(name))
+    shapes = SIZES[name] if not options.specialize else SIZES[name][1::2]
+    for shape in shapes:
+        for steps in STEPS if not options.specialize else (2, 17):
+            args = _args("fdtd" if name == "fdtd" else "", shape, steps, rng)
+            got = _as_tuple(kernel(*args))
+            for g, b, w in zip(got, _as_tuple(reference(*args)), _as_tuple(ref(*args))):
+                np.testing.assert_allclose(g, b, rtol=1e-6, atol=1e-6, err_msg=f"{name} {shape} T={steps}")
+                np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{name} {shape} T={steps}")
