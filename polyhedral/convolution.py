@@ -18,7 +18,7 @@ reads), groups (f is not a plain filter subscript), fewer output channels than h
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -216,3 +216,20 @@ def plan_convolutions(
 def workspace_bytes(convs: Mapping[str, ConvPlan]) -> int:
     """Per-thread scratch the packed filters take (each at its plan's offset)."""
     return max((-(-c.packed_bytes // 64) * 64 + c.offset for c in convs.values()), default=0)
+
+
+def folded_inits(scop: Scop, phases: Sequence[Sequence[str]], convs: Mapping[str, ConvPlan]) -> set[int]:
+    """Phases (given by their statements) that only zero the output of the direct convolution
+    the next phase runs alone: it can store its sums instead of adding them to O. Each call
+    covers every f and x at its outer point and reduces every tap, and the init and the
+    convolution are one statement (the same output box), so the calls write each zeroed cell
+    exactly once."""
+    found = set()
+    for n in range(len(phases) - 1):
+        inits, body = phases[n], phases[n + 1]
+        if len(inits) != 1 or len(body) != 1 or body[0] not in convs:
+            continue
+        init, stmt = scop.statement(inits[0]), scop.statement(body[0])
+        if init.kind is StatementKind.INIT and init.position == stmt.position:
+            found.add(n)
+    return found

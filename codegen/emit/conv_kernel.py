@@ -8,7 +8,8 @@ vector has lanes is held in registers, one accumulator vector per position. For 
 the window, the U weight vectors of the unrolled window tap u are loaded once, and every input
 element the block needs is broadcast once and multiplied into each accumulator (position j, tap
 u) that reads it: with a 3-wide window, 18 broadcasts and 3 weight loads feed 48 FMAs. Nothing is
-copied besides the filter (no im2col). The accumulators start from O and go back to it: along a
+copied besides the filter (no im2col). The accumulators start from O, or from zero where O's
+zeroing is folded into the kernel, and go back to it: along a
 unit-stride f (NHWC) as vectors, along a unit-stride x (NCHW) through a lanes×lanes transpose in
 registers, else element by element. Partial blocks (the last channels, the last positions) are
 emitted as their own straight-line code with masked loads and stores, so nothing out of bounds
@@ -238,9 +239,10 @@ class _Block:
         return _nest(b, g.taps, [wp0, *accs], step)[1:]
 
 
-def define_conv(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
+def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool = False) -> ir.Function:
     """`conv(i, wp, o)`: O[f, x] += Σ I·W over every f, x and tap, with i, o at the first f, x
-    and taps of the current outer point and wp the packed filter (`define_pack`)."""
+    and taps of the current outer point and wp the packed filter (`define_pack`). `overwrite`:
+    O = Σ I·W (O's zeroing folded into the call: its old values are not read)."""
     tp = g.element.as_pointer()
     fn = define_function(module, name, ir.VoidType(), [tp, tp, tp], ["i", "wp", "o"])
     for a in fn.args:
@@ -253,7 +255,7 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
 
     def block(fb, x0, fvalid: int, rx: int) -> None:
         o0 = gep(b, o, b.add(b.mul(fb, c64(lanes * g.out_f)), b.mul(x0, c64(g.out_x))))
-        accs = blk.load_output(o0, fvalid, rx)
+        accs = [ir.Constant(blk.vty, None)] * rx if overwrite else blk.load_output(o0, fvalid, rx)
         accs = blk.reduce(accs, gep(b, i, b.mul(x0, c64(g.in_x))), gep(b, wp, b.mul(fb, c64(per_block))), rx)
         blk.store_output(accs, o0, fvalid, rx)
 

@@ -82,8 +82,10 @@ def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
     module = state.module
     g = geometry(state, conv)
     t = g.element
-    kernel_name, pack_name = f"tl_conv_{conv.statement}", f"tl_conv_pack_{conv.statement}"
-    kernel = module.globals.get(kernel_name) or define_conv(module, kernel_name, g)
+    overwrite = state.gemm_overwrite  # the phase's init is folded in: store, do not add
+    kernel_name = f"tl_conv_{conv.statement}{'_store' if overwrite else ''}"
+    pack_name = f"tl_conv_pack_{conv.statement}"
+    kernel = module.globals.get(kernel_name) or define_conv(module, kernel_name, g, overwrite)
     pack = module.globals.get(pack_name) or define_pack(module, pack_name, g)
     first = {v: ll.Constant(V.I64, lo) for v, lo in conv.lo}
     values = {**dict(state.leaf_statement.indices), **first}

@@ -20,6 +20,7 @@ import islpy as isl
 from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
 from polyhedral.convolution import ConvPlan, plan_convolutions
+from polyhedral.convolution import folded_inits as conv_folded_inits
 from polyhedral.convolution import workspace_bytes as conv_workspace_bytes
 from polyhedral.sizes import compile_size_expr
 from scheduler import Schedule, ScheduleOptions, compute_schedule
@@ -323,7 +324,10 @@ def plan_kernel(
             if found is not None:
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts)
-    folded = _folded_inits(scop, ast, contractions, sizes) if transform else set()
+    folded = set()
+    if transform:
+        folded = _folded_inits(scop, ast, contractions, sizes)
+        folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     teams = {
         n
         for n, phase in enumerate(ast.phases)
