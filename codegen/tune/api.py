@@ -90,12 +90,19 @@ def _plan_signature(source: str, name: str, knobs: Mapping, sizes: Mapping[str, 
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _direct_conv(kernel, sizes: Mapping[str, int]) -> bool:
+    """Whether the default plan runs a direct convolution (the direct_conv knob is a choice)."""
+    return "direct convolution" in kernel.inspect("plan", sizes=sizes)
+
+
 def _gemm_blocks(kernel, sizes: Mapping[str, int], dtypes: list[str]) -> tuple[int, int, int] | None:
-    """The host's (MC, NC, KC) when the default plan calls the packed GEMM (the gemm_blocking
-    knob's centre), else None (the knob would change nothing)."""
+    """The host's (MC, NC, KC) when the default plan calls the packed GEMM, or runs a direct
+    convolution that could (the gemm_blocking knob's centre), else None (the knob would change
+    nothing)."""
     from ..host import gemm_blocking
 
-    if "GEMM m=" not in kernel.inspect("plan", sizes=sizes):
+    plan = kernel.inspect("plan", sizes=sizes)
+    if "GEMM m=" not in plan and "direct convolution" not in plan:
         return None
     dtype = next((d for d in dtypes if d in ("float32", "float64")), "float32")
     cfg = gemm_blocking(dtype)
@@ -159,7 +166,8 @@ def tune(
         previous = db.trials(key)
         schedule_text = default_kernel.inspect("schedule")
         gemm = _gemm_blocks(default_kernel, sizes, dtypes)
-        space = space_.space_for(schedule_text, sizes, gemm, base.thread_count())
+        conv = _direct_conv(default_kernel, sizes)
+        space = space_.space_for(schedule_text, sizes, gemm, base.thread_count(), conv)
         rng = random.Random(int(key[:8], 16) ^ len(previous))
         earlier_ok = sorted((t.seconds, t.id, t.knobs) for t in previous if t.status == "ok" and t.seconds)
         seeds = [k for _, _, k in earlier_ok[:4]]

@@ -31,8 +31,9 @@ TUNED_KNOBS = (
     "vector_width",  # lowering/vector_width.py
     "gemm_blocking",  # host/blocking.py
     "thread_split",  # planning/plan.py
-) + tuple(k for k in ("time_tile",) if k in Options.__dataclass_fields__)  # scheduler/timetile.py
-_BOOLS = ("vectorize", "pipeline", "prefetch")
+    "direct_conv",  # polyhedral/convolution.py: the direct convolution or the GEMM path
+)
+_BOOLS = ("vectorize", "pipeline", "prefetch", "direct_conv")
 MACHINE_FIELDS = ("triple", "cpu", "features", "caches", "gemm", "tensorlang", "llvmlite", "llvm", "python")
 _DEFAULTS = Options()
 

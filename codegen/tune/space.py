@@ -13,6 +13,8 @@ a choice the plan makes:
 - gemm_blocking: the MC/NC/KC cache blocks of the packed GEMM, when the plan calls one (steps of
   2× around the host's blocking);
 - row pipelining and prefetching;
+- direct_conv: a convolution-shaped contraction as the register-tiled direct convolution or on
+  the GEMM path, offered when the default plan runs one directly;
 - thread_split: the plan's split of each phase over the threads, or "serial" (every phase on the
   calling thread: no dispatch), offered when the key has more than one thread. Which loop the
   threads split follows loop_order (the outermost parallel member).
@@ -47,6 +49,7 @@ _WEIGHTS = {
     "vector_width": 1,
     "gemm_blocking": 3,
     "thread_split": 1,
+    "direct_conv": 2,
 }
 
 
@@ -57,6 +60,7 @@ class Space:
     bands: tuple[int, ...] = ()  # members of each outermost permutable band (band_tiles' entries)
     gemm: tuple[int, int, int] | None = None  # the host's (MC, NC, KC) when the plan calls a GEMM
     threads: int = 1  # the key's thread count (thread_split is a choice only with several)
+    conv: bool = False  # the default plan runs a direct convolution (direct_conv is a choice)
 
     def default(self) -> dict:
         return key_.knobs_json(key_.Options())
@@ -85,6 +89,8 @@ class Space:
             out.remove("gemm_blocking")
         if self.threads < 2:
             out.remove("thread_split")
+        if not self.conv:
+            out.remove("direct_conv")
         return [k for k in out if k in _WEIGHTS]
 
     def sample(self, rng: random.Random) -> dict:
@@ -101,6 +107,7 @@ class Space:
             "vector_width": rng.choice(VECTOR_WIDTHS),
             "gemm_blocking": rng.choice(self.blockings),
             "thread_split": rng.choice(THREAD_SPLITS) if self.threads > 1 else None,
+            "direct_conv": rng.random() < 0.5 if self.conv else True,
         }
         if len(self.bands) >= 2 and rng.random() < 0.3:
             out["band_tiles"] = [
@@ -133,6 +140,8 @@ class Space:
         out += [{**knobs, "gemm_blocking": b} for b in self._near_blockings(knobs["gemm_blocking"])]
         if self.threads > 1:
             out += [{**knobs, "thread_split": t} for t in THREAD_SPLITS]
+        if self.conv:
+            out.append({**knobs, "direct_conv": not knobs["direct_conv"]})
         if len(self.bands) >= 2:
             for i, n in enumerate(self.bands):
                 for t in (16, 64):
@@ -270,8 +279,10 @@ def space_for(
     sizes: Mapping[str, int],
     gemm: tuple[int, int, int] | None = None,
     threads: int = 1,
+    conv: bool = False,
 ) -> Space:
     """The space of a kernel: its default schedule's bands, its sizes' tiles, `gemm`, the host's
-    (MC, NC, KC) when its default plan calls the packed GEMM, and the key's thread count."""
+    (MC, NC, KC) when its default plan calls the packed GEMM (or could: `conv`, a direct
+    convolution that direct_conv=False sends to the GEMM), and the key's thread count."""
     bands = tuple(min(n, 3) for n in permutable_bands(schedule_text))
-    return Space(band_depth(schedule_text), tile_values(sizes), bands, gemm, threads)
+    return Space(band_depth(schedule_text), tile_values(sizes), bands, gemm, threads, conv)

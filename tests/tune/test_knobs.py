@@ -276,6 +276,27 @@ def test_space_offers_the_new_knobs_and_every_point_is_valid_options():
         assert json.loads(json.dumps(p)) == p
 
 
+CONV = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {\n O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw)\n}"
+
+
+def test_direct_convolution_or_gemm_is_a_knob():
+    from codegen.tune import api
+
+    sizes = {"N": 1, "C": 32, "H": 19, "W": 23, "F": 32, "KH": 3, "KW": 3}
+    x = _rng().standard_normal((1, 32, 19, 23), dtype=np.float32)
+    w = _rng(1).standard_normal((32, 32, 3, 3), dtype=np.float32)
+    direct = tl.compile(CONV, options=tl.Options(tuned=False))
+    gemm = tl.compile(CONV, options=tl.Options(tuned=False, direct_conv=False))
+    np.testing.assert_allclose(direct(x, w), gemm(x, w), rtol=1e-4, atol=1e-3)
+    if not api._direct_conv(direct, sizes):
+        pytest.skip("no direct convolution for this kernel on this host")
+    assert "GEMM m=" in gemm.inspect("plan", sizes=sizes)
+    assert api._gemm_blocks(direct, sizes, ["float32"]) is not None
+    s = space.space_for(direct.inspect("schedule"), sizes, (1, 2, 3), conv=True)
+    assert {**s.default(), "direct_conv": False} in s.neighbours(s.default())
+    assert key.from_knobs({**s.default(), "direct_conv": False}, tl.Options()).direct_conv is False
+
+
 def test_records_without_the_later_knobs_stay_readable():
     old = {
         "tile": [8, 8],
