@@ -44,8 +44,9 @@ class Options:
         differential-tested against.
     tuned: use the tuning database's best options (`tl.tune`, codegen/tune/) for each call's
         sizes, dtypes, machine and thread count when it has a record; False ignores the database.
-        A record applies only where the tuned knobs (tile, fusion, unroll, vectorize, pipeline,
-        prefetch) are left at their defaults. The repr shows `tuned` only when it is False, so
+        A record applies only where the tuned knobs (codegen/tune/key.py TUNED_KNOBS: tile,
+        fusion, unroll, vectorize, pipeline, prefetch and the plan-level knobs below) are left
+        at their defaults. The repr shows `tuned` only when it is False, so
         the repr of every other Options (a key of the compilation cache) is unchanged.
     loop_order: a permutation of the members of every permutable band of that many members,
         applied to the scheduler's own order (positions in it, outermost first; (1, 0) swaps the
