@@ -67,6 +67,9 @@ class Options:
         subscripted by the output channel and the taps) as a register-tiled direct convolution
         (polyhedral/convolution.py) instead of GEMM calls; the filter is repacked on every call.
         The repr shows it only when it is False.
+    fold_storage: store a temporary modulo its dependence distance along a dimension where that
+        is exactly legal (two planes of a jacobi recurrence instead of T). The repr shows it
+        only when it is False.
     """
 
     tile: tuple[int, ...] | int | None = None
@@ -87,16 +90,19 @@ class Options:
     gemm_blocking: tuple[int, int, int] | None = None
     thread_split: str | None = None
     direct_conv: bool = True
+    fold_storage: bool = True
 
     def __repr__(self) -> str:
         shown = [
             f"{f.name}={getattr(self, f.name)!r}"
             for f in fields(self)
-            if f.name not in ("tuned", "direct_conv")
+            if f.name not in ("tuned", "direct_conv", "fold_storage")
             and not (f.name in _SHOWN_WHEN_SET and getattr(self, f.name) is None)
         ]
         if not self.tuned:
             shown.append("tuned=False")
+        if not self.fold_storage:
+            shown.append("fold_storage=False")
         if not self.direct_conv:
             shown.append("direct_conv=False")
         return f"Options({', '.join(shown)})"
@@ -144,6 +150,7 @@ class Options:
             gemm_blocking=self.gemm_blocking,
             direct_conv=self.direct_conv,
             thread_split=self.thread_split,
+            fold=self.fold_storage,
         )
 
     def thread_count(self) -> int:

@@ -7,7 +7,7 @@ import llvmlite.ir as ll
 
 from ..emit import values as V
 from ..planning.astgen import Footprint
-from ..planning.plan import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES
+from ..planning.prefetching import PREFETCH_MAX_BYTES, PREFETCH_MIN_BYTES
 from .state import LoweringState
 
 #: llvm.prefetch locality: 2 = prefetcht1, into L2 (and L3).

@@ -84,6 +84,11 @@ class StatementLowering(LoweringState):
         idx = [self.index_value(s) for s in subscripts]
         for check, d in self.checks_of.get((self.leaf_statement.name, read), ()):
             require_in_range(b, self.error_ptr, idx[d], self.extent(tensor, d), check, d)
+        fold = self.plan.folded.get(tensor)
+        if fold is not None:
+            # the slot of a folded dimension: the index is in bounds, so non-negative (urem by a
+            # constant is a multiply and shift, hoisted out of the inner loops with the index)
+            idx[fold.dim] = b.urem(idx[fold.dim], ll.Constant(V.I64, fold.modulus))
         offset = ll.Constant(V.I64, 0)
         for i, stride in zip(idx, self.element_strides(tensor)):
             offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
@@ -91,18 +96,25 @@ class StatementLowering(LoweringState):
 
     def element_strides(self, tensor: str) -> list[ll.Value]:
         """The stride in elements of each (logical) dimension of `tensor`'s storage: row-major,
-        in the storage order of a relayout if it has one, 0 along a contracted dimension."""
+        in the storage order of a relayout if it has one, 0 along a contracted dimension, and
+        with a folded dimension's extent its modulus (`address` takes the index modulo it)."""
         b = self.b
         rank = self.program.tensor(tensor).rank
         order = self.layouts.get(tensor, tuple(range(rank)))  # storage position → logical dim
         contracted = self.contracted.get(tensor)
+        fold = self.plan.folded.get(tensor)
         strides: list[ll.Value] = [ll.Constant(V.I64, 0)] * rank
         running: ll.Value = ll.Constant(V.I64, 1)
         for d in reversed(order):
             if contracted is not None and d == contracted.dim:
                 continue  # one slice stored: the index along this dimension does not move
             strides[d] = running
-            running = b.mul(running, self.extent(tensor, d), flags=["nsw"])
+            extent = (
+                ll.Constant(V.I64, fold.modulus)
+                if fold is not None and d == fold.dim
+                else self.extent(tensor, d)
+            )
+            running = b.mul(running, extent, flags=["nsw"])
         return strides
 
     # ------------------------------------------------------------------ expressions

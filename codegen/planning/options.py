@@ -28,6 +28,7 @@ class CodegenOptions:
         (None: the target's preference).
     gemm_blocking: (MC, NC, KC) cache blocks of the GEMM calls (None: the host's, host.blocking).
     direct_conv: run convolution-shaped contractions as direct convolutions, not GEMM calls.
+    fold: store temporaries modulo their dependence distance where exactly legal (planning/folding.py).
     thread_split: None (the plan's split of each phase) or "serial" (every phase on one thread).
     """
 
@@ -40,4 +41,5 @@ class CodegenOptions:
     vector_width: int | None = None
     gemm_blocking: tuple[int, int, int] | None = None
     direct_conv: bool = True
+    fold: bool = True
     thread_split: str | None = None

@@ -38,9 +38,11 @@ from .astgen import (
     loop_range,
     unwrap,
 )
+from .folding import FoldedTemporary, fold_storage, touches
 from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
+from .prefetching import worth_prefetching
 from .runs import PhasePlan
 from .storage import (
     ContractedTemporary,
@@ -51,11 +53,6 @@ from .storage import (
     workspace_end,
 )
 from .teams import team_barriers, team_phase
-
-#: Footprints larger than this are not prefetched (they would not stay in L2 for long), nor
-#: smaller ones: a few lines per iteration are what the hardware prefetcher streams well.
-PREFETCH_MAX_BYTES = 256 << 10
-PREFETCH_MIN_BYTES = 1 << 10
 
 
 @dataclass(frozen=True)
@@ -145,6 +142,7 @@ class KernelPlan:
     vectorize: bool
     contractions: Mapping[str, ContractionPlan]  # statement → its GEMM call
     contracted: Mapping[str, ContractedTemporary]  # temporaries kept as one slice per thread
+    folded: Mapping[str, FoldedTemporary]  # temporaries stored modulo their dependence distance
     layouts: Mapping[str, tuple[int, ...]]  # inputs relaid out for the GEMM (dimension order)
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
     phases: tuple[PhaseDecision, ...]
@@ -172,7 +170,7 @@ class KernelPlan:
             if decision.pipeline is not None and name is not None:
                 pipelined.add(name)
         text = loops_text(self.scop, self.ast, self.contractions, prefetch, pipelined)
-        report = storage_report(self.contracted)
+        report = storage_report(self.contracted, self.folded)
         return f"{report}\n{text}" if report else text
 
     def __str__(self) -> str:
@@ -208,16 +206,16 @@ class KernelPlan:
             raise PlanError(
                 f"{self.program.name}: {len(self.phases)} decisions for {len(self.ast.phases)} phases"
             )
-        if not self.specialised and (
-            self.contractions or self.convolutions or self.contracted or self.layouts or self.sharing
-        ):
+        specific = self.contractions or self.convolutions or self.contracted or self.folded
+        if not self.specialised and (specific or self.layouts or self.sharing):
             raise PlanError(f"{self.program.name}: a generic plan with size-specific storage or GEMM calls")
         temporaries = {t.name for t in self.program.temporaries}
-        for name in set(self.contracted) | set(self.sharing):
+        for name in set(self.contracted) | set(self.sharing) | set(self.folded):
             if name not in temporaries:
                 raise PlanError(f"{self.program.name}: {name} is not a temporary but its storage is planned")
-        for name in set(self.contracted) & set(self.sharing):
-            raise PlanError(f"{self.program.name}: {name} is both contracted and shared")
+        stored = (set(self.contracted), set(self.sharing), set(self.folded))
+        for name in stored[0] & stored[1] | stored[0] & stored[2] | stored[1] & stored[2]:
+            raise PlanError(f"{self.program.name}: {name} is given two kinds of storage")
         for name in self.layouts:
             if self.program.tensor(name).role != "input":
                 raise PlanError(f"{self.program.name}: relayout of {name}, which is not an input")
@@ -301,10 +299,12 @@ def plan_kernel(
             if verification_enabled():
                 scop.verify()
                 schedule.verify()
-    # 2. the loop AST and its phases
+    # 2. storage folding: temporaries kept modulo their dependence distance (may reschedule)
+    scop, schedule, folds = fold_storage(schedule, transform and options.fold, sizes, reschedules)
+    # 3. the loop AST and its phases
     prefetch = options.optimize and options.prefetch
     ast = build_ast(schedule, sizes, footprints=prefetch)
-    # 3. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
+    # 4. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
     gemm_variants = {
         gemm_variant(_dtype(program, p.c.tensor), options.gemm_blocking) for p in contractions.values()
     }
@@ -312,18 +312,18 @@ def plan_kernel(
     contracted, layouts, sharing = {}, {}, {}
     if transform:
         shapes = {t.name: tuple(compile_size_expr(d)(sizes) for d in t.shape) for t in program.tensors}
-        contracted = plan_storage(scop, ast, shapes, {**contractions, **convolutions}, gemm_bytes)
+        contracted = plan_storage(scop, ast, shapes, {**contractions, **convolutions}, gemm_bytes, set(folds))
         layouts = plan_layouts(program, contractions, shapes)
-        sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted))
-    # 4. per phase: thread split, row pipelining, prefetching
+        sharing = plan_buffer_sharing(scop, ast, shapes, set(contracted) | set(folds))
+    # 5. per phase: thread split, row pipelining, prefetching
     pipelines = {}
     if transform and options.pipeline:
         dims = {name: c.dim for name, c in contracted.items()}
         for n, phase in enumerate(ast.phases):
             found = plan_pipeline(scop, ast, phase, values, dims, set(contractions) | set(convolutions))
-            if found is not None:
+            if found is not None and not touches(scop, phase.statements, folds):  # slots: source order only
                 pipelines[n] = found
-    excluded = set(contracted) | set(layouts)
+    excluded = set(contracted) | set(layouts) | set(folds)
     folded = set()
     if transform:
         folded = _folded_inits(scop, ast, contractions, sizes)
@@ -359,6 +359,7 @@ def plan_kernel(
         vectorize=options.vectorize,
         contractions=contractions,
         contracted=contracted,
+        folded=folds,
         layouts=layouts,
         sharing=sharing,
         phases=phases,
@@ -480,20 +481,7 @@ def _prefetched(
             hi = [evaluate_ast_int(e, at_first) for e in f.hi]
             if None not in lo and None not in hi:
                 extents = [values.get(Extent(f.tensor, d)) for d in range(len(lo))]
-                if None not in extents and not _worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
+                if None not in extents and not worth_prefetching(lo, hi, extents, program.tensor(f.tensor)):
                     continue
         chosen.append(f)
     return tuple(chosen)
-
-
-def _worth_prefetching(lo: list[int], hi: list[int], extents: list[int], tensor: ir.Tensor) -> bool:
-    """The box is contiguous enough (it covers at least half of the address range from its first
-    to its last element) and small enough."""
-    span, count, stride = 1, 1, 1
-    for d in reversed(range(len(lo))):
-        if hi[d] < lo[d]:
-            return False
-        span += (hi[d] - lo[d]) * stride
-        count *= hi[d] - lo[d] + 1
-        stride *= extents[d]
-    return span <= 2 * count and PREFETCH_MIN_BYTES <= span * tensor.dtype.storage_bytes <= PREFETCH_MAX_BYTES

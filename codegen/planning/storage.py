@@ -21,6 +21,7 @@ from polyhedral.contraction import ContractionPlan
 from tensorlang import ir
 
 from .astgen import Leaf, LoopAst, Phase
+from .folding import FoldedTemporary
 
 _ALIGN = 64
 
@@ -95,9 +96,10 @@ def _contractible_dim(scop: Scop, ast: LoopAst, tensor: str, users: list[str], i
 
 def plan_storage(
     scop: Scop, ast: LoopAst, shapes: Mapping[str, tuple[int, ...]],
-    plans: Mapping[str, ContractionPlan], first_offset: int,
+    plans: Mapping[str, ContractionPlan], first_offset: int, skip: set[str] = frozenset(),
 ) -> dict[str, ContractedTemporary]:  # fmt: skip
-    """Which temporaries to contract for this specialisation, and where their slices live."""
+    """Which temporaries to contract for this specialisation, and where their slices live
+    (`skip`: temporaries stored otherwise, folded ones)."""
     program = scop.program
     users: dict[str, set[str]] = {}
     for s in scop.statements:
@@ -110,6 +112,8 @@ def plan_storage(
     out: dict[str, ContractedTemporary] = {}
     offset = -(-first_offset // _ALIGN) * _ALIGN
     for tensor in program.temporaries:
+        if tensor.name in skip:
+            continue
         names = sorted(users.get(tensor.name, ()))
         statements = [scop.statement(n) for n in names]
         if not names or any(s.statement.uninitialized or s.name in plans for s in statements):
@@ -138,8 +142,10 @@ def workspace_end(contracted: Mapping[str, ContractedTemporary], gemm_bytes: int
     return max([gemm_bytes] + [c.offset + c.slice_bytes for c in contracted.values()])
 
 
-def storage_report(contracted: Mapping[str, ContractedTemporary]) -> str:
-    lines = []
+def storage_report(
+    contracted: Mapping[str, ContractedTemporary], folded: Mapping[str, FoldedTemporary]
+) -> str:
+    lines = [f.describe() for f in folded.values()]
     for c in contracted.values():
         lines.append(
             f"// {c.tensor}: contracted along dimension {c.dim} to one slice of {c.slice_bytes} bytes "

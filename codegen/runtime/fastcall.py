@@ -170,7 +170,10 @@ def for_call(spec: Specialisation, interface, sizes, shapes) -> FastCall | None:
         return None
 
     def described(tensors):
-        return [(t.name, shapes[t.name], np.dtype(t.dtype.numpy_name)) for t in tensors]
+        return [
+            (t.name, spec.storage_shape(t.name, shapes[t.name]), np.dtype(t.dtype.numpy_name))
+            for t in tensors
+        ]
 
     return fast_call(
         spec,

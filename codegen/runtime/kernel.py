@@ -226,7 +226,7 @@ class Kernel:
                 storage[t.name] = shared_views[t.name]
                 continue
             alloc = np.zeros if t.name in self._uninitialised else np.empty
-            storage[t.name] = alloc(shapes[t.name], dtype=t.dtype.numpy_name)
+            storage[t.name] = alloc(spec.storage_shape(t.name, shapes[t.name]), dtype=t.dtype.numpy_name)
         self._run(spec, storage, buffers)
         for buf in buffers.values():
             if buf.target is not None:

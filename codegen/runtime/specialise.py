@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,6 +32,13 @@ class Specialisation:
     contracted: Mapping[str, int]  # temporaries stored as one slice per thread → workspace offset
     layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
+    folded: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # temporary → (dim, modulus)
+
+    def storage_shape(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The shape allocated for `name`: its logical shape, with a folded dimension's extent its
+        modulus (planning/folding.py)."""
+        fold = self.folded.get(name)
+        return shape if fold is None else tuple(fold[1] if d == fold[0] else e for d, e in enumerate(shape))
 
     @functools.cached_property
     def params_address(self) -> int:
@@ -65,6 +72,7 @@ def call_record(
         {name: c.offset for name, c in plan.contracted.items()},
         dict(plan.layouts),
         dict(plan.sharing),
+        {name: (f.dim, f.modulus) for name, f in plan.folded.items()},
     )
 
 
@@ -78,6 +86,7 @@ def from_record(record: CallRecord, code: MachineCode) -> Specialisation:
         record.contracted,
         record.layouts,
         record.sharing,
+        record.folded,
     )
 
 

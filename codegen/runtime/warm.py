@@ -24,7 +24,7 @@ from ..lowering import disk_cache
 from ..planning.runs import PhasePlan
 from .interface import Interface
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: call records hold the folded temporaries
 
 
 def program_key(source: str, name: str | None, filename: str, options_text: str, threads: int) -> str | None:
@@ -83,6 +83,7 @@ class CallRecord:
     contracted: Mapping[str, int]  # contracted temporary → offset in a thread's workspace
     layouts: Mapping[str, tuple[int, ...]]  # inputs relaid out (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → shared buffer slot
+    folded: Mapping[str, tuple[int, int]]  # temporaries stored modulo: (dimension, modulus)
 
     def to_json(self) -> dict:
         return {
@@ -96,6 +97,7 @@ class CallRecord:
             "contracted": dict(self.contracted),
             "layouts": {k: list(v) for k, v in self.layouts.items()},
             "sharing": dict(self.sharing),
+            "folded": {k: list(v) for k, v in self.folded.items()},
         }
 
     @staticmethod
@@ -119,6 +121,7 @@ class CallRecord:
             {str(k): _int(v) for k, v in record["contracted"].items()},
             {str(k): _ints(v) for k, v in record["layouts"].items()},
             {str(k): _int(v) for k, v in record["sharing"].items()},
+            {str(k): _fold(v) for k, v in record["folded"].items()},
         )
 
     def fits(self, interface: Interface, sizes: Mapping[str, int]) -> bool:
@@ -176,6 +179,13 @@ def _frozen(value: object) -> object:
     if value is None or isinstance(value, bool | int):
         return value
     raise ValueError(f"unexpected value {value!r} in a phase record")
+
+
+def _fold(value: object) -> tuple[int, int]:
+    dim, modulus = _ints(value)
+    if modulus < 1 or dim < 0:
+        raise ValueError(f"unexpected folding {value!r}")
+    return dim, modulus
 
 
 def _int(value: object) -> int:
