@@ -379,3 +379,20 @@ def test_cli_tune_with_a_size_by_keyword(tmp_path, capsys):
     assert "ramp: best" in capsys.readouterr().out
     assert main(["tune", "--list"]) == 0
     assert "ramp [N=16,T=5] float32" in capsys.readouterr().out
+
+
+def test_exported_object_with_a_gemm_variant_matches_numpy(tmp_path):
+    """Ahead-of-time export links the variant's GEMM into the object (export/objects.py)."""
+    from codegen.aot import export
+
+    sys.path.insert(0, str(REPO / "tests" / "codegen"))
+    from test_export import run_c  # the C harness of the export tests
+
+    m, k, n = 131, 127, 149
+    a = _rng().standard_normal((m, k), dtype=np.float32)
+    b = _rng(1).standard_normal((k, n), dtype=np.float32)
+    options = tl.Options(gemm_blocking=(24, 64, 32), tuned=False)
+    result = export(MATMUL, sizes=dict(M=m, K=k, N=n), path=tmp_path / "out", options=options)
+    rc, (c,), _ = run_c(tmp_path, result, [a, b], [(np.float32, (m, n))], (m, k, n))
+    assert rc == 0
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
