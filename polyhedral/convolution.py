@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -33,6 +33,9 @@ from .sizes import compile_size_expr
 MAX_UNROLLED_TAP = 16
 #: Vector registers are 512 bits: 16 float32 or 8 float64 output channels per vector.
 VECTOR_BYTES = 64
+
+
+Guard = tuple[tuple[tuple[str, int], ...], int]  # Σ coeff·var + constant ≥ 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,11 @@ class ConvPlan:
     extent: tuple[tuple[str, int], ...]  # trip counts of f, x, u and the taps
     itemsize: int  # bytes per element (4 or 8)
     offset: int  # bytes into the per-thread workspace where the packed filter lives
+    # a padded convolution's guard `cond ? I·W : 0`, as conjuncts Σ coeff·var + constant ≥ 0:
+    # over x and u (decided per position when the kernel is generated), and over the outer
+    # variables and the looped taps (tested per tap at run time)
+    col_guards: tuple[Guard, ...] = ()
+    row_guards: tuple[Guard, ...] = ()
 
     @property
     def lanes(self) -> int:
@@ -73,6 +81,10 @@ class ConvPlan:
     def describe(self) -> str:
         taps = ", ".join(self.taps)
         unrolled = f"; {self.u} unrolled" if self.u is not None else ""
+        if self.col_guards or self.row_guards:
+            unrolled += (
+                f"; padding guards ({len(self.col_guards)} along {self.x}, {len(self.row_guards)} per tap)"
+            )
         return (
             f"direct convolution {self.out.tensor} += {self.inp.tensor} * {self.wt.tensor}: "
             f"{self.lanes}-lane vectors over {self.f}, {self.x} in register blocks, "
@@ -151,6 +163,10 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) 
     st = stmt.statement
     if stmt.projected is not None:
         return None  # already projected
+    guard = None
+    rhs = st.rhs
+    if isinstance(rhs, ir.Select) and isinstance(rhs.if_false, ir.Const) and rhs.if_false.value == 0:
+        guard, st = rhs.cond, replace(st, rhs=rhs.if_true)  # `cond ? I·W : 0`: padding
     found = _operands(st)
     if found is None:
         return None
@@ -159,7 +175,68 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) 
         return None
     lo = {r.var: compile_size_expr(r.lo)(sizes) for r in st.ranges}
     extent = {r.var: compile_size_expr(r.hi)(sizes) - lo[r.var] for r in st.ranges}
-    return _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
+    found = _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
+    if found is None or scop.program.tensor(found.wt.tensor).role != "input":
+        return None  # the filter is packed before the phase's loops: it must not change in a call
+    return found if guard is None else _guarded(found, guard, sizes, set(st.all_indices))
+
+
+def _conjuncts(cond: ir.Expr, sizes: Mapping[str, int], variables: set[str]) -> list[Guard] | None:
+    """An `&&` of affine comparisons as `Σ coeff·var + constant ≥ 0` over index variables (sizes
+    substituted), or None."""
+    if isinstance(cond, ir.Binary) and cond.op == "&&":
+        lhs, rhs = _conjuncts(cond.lhs, sizes, variables), _conjuncts(cond.rhs, sizes, variables)
+        return None if lhs is None or rhs is None else lhs + rhs
+    if not isinstance(cond, ir.Binary) or cond.op not in (">=", ">", "<=", "<", "=="):
+        return None
+    a, b = ir.affine_form(cond.lhs), ir.affine_form(cond.rhs)
+    if a is None or b is None:
+        return None
+    diff: dict[str, int] = {}
+    constant = a.constant - b.constant
+    for form, sign in ((a, 1), (b, -1)):
+        for name, coeff in form.coeffs:
+            if name in variables:
+                diff[name] = diff.get(name, 0) + sign * coeff
+            elif name in sizes:
+                constant += sign * coeff * int(sizes[name])
+            else:
+                return None
+    up = tuple(sorted((n, c) for n, c in diff.items() if c))
+    down = tuple((n, -c) for n, c in up)
+    match cond.op:  # lhs - rhs = up + constant
+        case ">=":
+            return [(up, constant)]
+        case ">":
+            return [(up, constant - 1)]
+        case "<=":
+            return [(down, -constant)]
+        case "<":
+            return [(down, -constant - 1)]
+    return [(up, constant), (down, -constant)]
+
+
+def _guarded(plan: ConvPlan, cond: ir.Expr, sizes: Mapping[str, int], variables: set[str]) -> ConvPlan | None:
+    """The plan with the padding guard split into conjuncts along x (and u) and conjuncts over the
+    outer variables and looped taps; None if a conjunct mixes the two or reads anything else."""
+    conjuncts = _conjuncts(cond, sizes, variables)
+    if conjuncts is None:
+        return None
+    cols, rows = [], []
+    along_x = {plan.x} | ({plan.u} if plan.u else set())
+    per_tap = set(plan.outer) | set(plan.taps)
+    for coeffs, constant in conjuncts:
+        names = {n for n, _ in coeffs}
+        if not names:
+            if constant < 0:
+                return None  # never true: no work (left to the general path)
+        elif names <= along_x:
+            cols.append((coeffs, constant))
+        elif names <= per_tap:
+            rows.append((coeffs, constant))
+        else:
+            return None
+    return replace(plan, col_guards=tuple(cols), row_guards=tuple(rows))
 
 
 def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:

@@ -45,6 +45,12 @@ class ConvGeometry:
     wt_f: int  # filter stride per channel
     wt_u: int  # filter stride per window tap
     wt_taps: tuple[int, ...]  # filter stride per looped tap
+    # padding guards, each `... >= 0`: along x, (cx, cu, c) for cx·position + cu·u + c (positions
+    # and u counted from their first value); over the outer variables (kernel arguments) and the
+    # looped taps (counted from their first value), (outer coefficients, tap coefficients, c)
+    col_guards: tuple[tuple[int, int, int], ...] = ()
+    row_guards: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...] = ()
+    outer: int = 0  # outer-variable arguments the kernel takes (for row guards)
 
     @property
     def lanes(self) -> int:
@@ -213,30 +219,65 @@ class _Block:
                 x = b.extract_element(acc, ir.Constant(I32, r))
                 store(b, x, gep(b, o, c64(r * g.out_f + j * g.out_x)), g.itemsize)
 
-    def reduce(self, accs: list, i0, wp0, rx: int) -> list:
+    def reduce(self, accs: list, i0, wp0, pairs: frozenset, outer: list) -> list:
         """Every tap into the accumulators: i0 is the input at (x0, first taps), wp0 this f-block's
-        packed filter."""
+        packed filter, `pairs` the (position, window tap) products inside the padding guards,
+        `outer` the outer variables' values (row guards skip the taps outside them)."""
         b, g = self.b, self.g
         # input offsets of (position j, window tap u); equal ones share one broadcast
         readers: dict[int, list[tuple[int, int]]] = {}
-        for j in range(rx):
-            for u in range(g.window):
-                readers.setdefault(j * g.in_x + u * g.in_u, []).append((j, u))
+        for j, u in sorted(pairs):
+            readers.setdefault(j * g.in_x + u * g.in_u, []).append((j, u))
 
         def step(ivs, vals):
             wp, *acc = vals
-            i = gep(b, i0, _offset(b, ivs, g.in_taps))
+            nxt = gep(b, wp, c64(g.window * g.lanes))
+            if not g.row_guards:
+                return [nxt, *accumulate(ivs, wp, acc)]
+            inside = ir.Constant(I1, 1)
+            for oc, tc, c in g.row_guards:
+                value = b.add(_offset(b, outer, oc), b.add(_offset(b, ivs, tc), c64(c)))
+                inside = b.and_(inside, b.icmp_signed(">=", value, c64(0)))
+            pre = b.block
+            then = b.append_basic_block("tap")
+            done = b.append_basic_block("tap.done")
+            b.cbranch(inside, then, done)
+            b.position_at_end(then)
+            new = accumulate(ivs, wp, list(acc))
+            end = b.block
+            b.branch(done)
+            b.position_at_end(done)
+            out = [nxt]
+            for old, value in zip(acc, new):
+                phi = b.phi(old.type)
+                phi.add_incoming(old, pre)
+                phi.add_incoming(value, end)
+                out.append(phi)
+            return out
+
+        def accumulate(ivs, wp, acc):
+            i = b.gep(i0, [_offset(b, ivs, g.in_taps)])  # not inbounds: i0 may lie in the padding
             weights = [
                 load(b, b.bitcast(gep(b, wp, c64(u * g.lanes)), self.vty.as_pointer()), g.itemsize)
                 for u in range(g.window)
             ]
             for off in sorted(readers):
-                x = splat(b, load(b, gep(b, i, c64(off)), g.itemsize), self.vty)
+                x = splat(b, load(b, b.gep(i, [c64(off)]), g.itemsize), self.vty)
                 for j, u in readers[off]:
                     acc[j] = b.call(self.fma, [weights[u], x, acc[j]])
-            return [gep(b, wp, c64(g.window * g.lanes)), *acc]
+            return acc
 
         return _nest(b, g.taps, [wp0, *accs], step)[1:]
+
+
+def _pairs(g: ConvGeometry, x0: int, rx: int) -> frozenset:
+    """The (position, window tap) products of the block at x0 that the padding guards keep."""
+    return frozenset(
+        (j, u)
+        for j in range(rx)
+        for u in range(g.window)
+        if all(cx * (x0 + j) + cu * u + c >= 0 for cx, cu, c in g.col_guards)
+    )
 
 
 def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool = False) -> ir.Function:
@@ -244,27 +285,53 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
     and taps of the current outer point and wp the packed filter (`define_pack`). `overwrite`:
     O = Σ I·W (O's zeroing folded into the call: its old values are not read)."""
     tp = g.element.as_pointer()
-    fn = define_function(module, name, ir.VoidType(), [tp, tp, tp], ["i", "wp", "o"])
-    for a in fn.args:
+    names = ["i", "wp", "o", *(f"outer{k}" for k in range(g.outer))]
+    fn = define_function(module, name, ir.VoidType(), [tp, tp, tp] + [I64] * g.outer, names)
+    for a in fn.args[:3]:
         a.add_attribute("noalias")
-    i, wp, o = fn.args
+    i, wp, o, *outer = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     blk = _Block(module, b, g)
     lanes = g.lanes
     per_block = g.tap_count * g.window * lanes  # packed elements of one f-block
 
-    def block(fb, x0, fvalid: int, rx: int) -> None:
+    def block(fb, x0, fvalid: int, rx: int, pairs: frozenset) -> None:
         o0 = gep(b, o, b.add(b.mul(fb, c64(lanes * g.out_f)), b.mul(x0, c64(g.out_x))))
         accs = [ir.Constant(blk.vty, None)] * rx if overwrite else blk.load_output(o0, fvalid, rx)
-        accs = blk.reduce(accs, gep(b, i, b.mul(x0, c64(g.in_x))), gep(b, wp, b.mul(fb, c64(per_block))), rx)
+        i0 = b.gep(i, [b.mul(x0, c64(g.in_x))])  # may lie in the padding: not inbounds
+        accs = blk.reduce(accs, i0, gep(b, wp, b.mul(fb, c64(per_block))), pairs, outer)
         blk.store_output(accs, o0, fvalid, rx)
 
     def positions(fb, fvalid: int) -> None:
-        full, rest = divmod(g.positions, lanes)
-        if full:
-            _counted(b, full, [], lambda xb, _: block(fb, b.mul(xb, c64(lanes)), fvalid, lanes) or [], "xb")
-        if rest:
-            block(fb, c64(full * lanes), fvalid, rest)
+        # blocks of `lanes` positions; a run of full blocks that the guards leave whole is a loop,
+        # the others (the padding's edges, the last partial block) are code of their own
+        blocks = [(x0, min(lanes, g.positions - x0)) for x0 in range(0, g.positions, lanes)]
+        whole = _pairs(g, 0, lanes) if g.col_guards else None
+        n = 0
+        while n < len(blocks):
+            x0, rx = blocks[n]
+            pairs = _pairs(g, x0, rx)
+            run = 1
+            if rx == lanes and len(pairs) == rx * g.window:
+                while (
+                    n + run < len(blocks)
+                    and blocks[n + run][1] == lanes
+                    and (whole is None or len(_pairs(g, blocks[n + run][0], lanes)) == lanes * g.window)
+                ):
+                    run += 1
+            if run > 1:
+                _counted(
+                    b,
+                    run,
+                    [],
+                    lambda xb, _, first=n, pairs=pairs: (
+                        block(fb, b.mul(b.add(xb, c64(first)), c64(lanes)), fvalid, lanes, pairs) or []
+                    ),
+                    "xb",
+                )
+            else:
+                block(fb, c64(x0), fvalid, rx, pairs)
+            n += run
 
     full_f, rest_f = divmod(g.channels, lanes)
     if full_f:

@@ -58,6 +58,29 @@ def geometry(state, conv: ConvPlan) -> ConvGeometry:
         wt_f=_stride(conv.wt, w, conv.f),
         wt_u=_stride(conv.wt, w, conv.u),
         wt_taps=tuple(_stride(conv.wt, w, t) for t in conv.taps),
+        col_guards=tuple(_col_guard(conv, g) for g in conv.col_guards),
+        row_guards=tuple(_row_guard(conv, g) for g in conv.row_guards),
+        outer=len(conv.outer) if conv.row_guards else 0,
+    )
+
+
+def _col_guard(conv: ConvPlan, guard) -> tuple[int, int, int]:
+    """(cx, cu, c): cx·position + cu·u + c ≥ 0, positions and u counted from their first value."""
+    coeffs, constant = dict(guard[0]), guard[1]
+    first = dict(conv.lo)
+    cx, cu = coeffs.get(conv.x, 0), coeffs.get(conv.u, 0) if conv.u is not None else 0
+    return cx, cu, constant + cx * first[conv.x] + (cu * first[conv.u] if conv.u is not None else 0)
+
+
+def _row_guard(conv: ConvPlan, guard) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(outer coefficients, tap coefficients, c), taps counted from their first value."""
+    coeffs, constant = dict(guard[0]), guard[1]
+    first = dict(conv.lo)
+    taps = tuple(coeffs.get(t, 0) for t in conv.taps)
+    return (
+        tuple(coeffs.get(v, 0) for v in conv.outer),
+        taps,
+        constant + sum(c * first[t] for c, t in zip(taps, conv.taps)),
     )
 
 
@@ -105,4 +128,5 @@ def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
         b.position_at_end(b.block)
     i = _pointer(state, b, conv.inp, values, _strides(state, conv.inp.tensor), t)
     o = _pointer(state, b, conv.out, values, _strides(state, conv.out.tensor), t)
-    b.call(kernel, [i, wp, o])
+    outer = [values[v] for v in conv.outer] if conv.row_guards else []
+    b.call(kernel, [i, wp, o, *outer])

@@ -158,3 +158,66 @@ def test_non_contiguous_arguments():
     x = rng.standard_normal((1, 6, 12, 44)).astype(np.float32)[:, :, ::2, ::2]
     w = np.asfortranarray(rng.standard_normal((16, 6, 3, 3)).astype(np.float32))
     _close(tl.compile(NCHW)(x, w), conv_np(x, w))
+
+
+PADDED = """def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
+  O(n, f, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W)
+                     ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0 where h in 0:H, w in 0:W
+}"""
+PADDED_5x5 = """def conv(float(N, C, H, W) I, float(F, C, 5, 5) Wt) -> (O) {
+  O(n, f, h, w) +=! (0 <= h + kh - 2 && h + kh - 2 <= H - 1 && w + kw >= 2 && W > w + kw - 2)
+                     ? I(n, c, h + kh - 2, w + kw - 2) * Wt(f, c, kh, kw) : 0.0 where h in 0:H, w in 0:W
+}"""
+PADDED_WIDTH_ONLY = """def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
+  O(n, f, h, w) +=! (w + kw - 1 >= 0 && w + kw - 1 < W)
+                     ? I(n, c, h + kh, w + kw - 1) * Wt(f, c, kh, kw) : 0.0 where h in 0:H-KH+1, w in 0:W
+}"""
+PADDED_STRIDED = """def conv(float(N, C, H, W) I, float(F, C, 3, 3) Wt) -> (O) {
+  O(n, f, h, w) +=! (2*h + kh - 1 >= 0 && 2*h + kh - 1 < H && 2*w + kw - 1 >= 0 && 2*w + kw - 1 < W)
+                     ? I(n, c, 2*h + kh - 1, 2*w + kw - 1) * Wt(f, c, kh, kw) : 0.0
+                     where h in 0:(H+1)/2, w in 0:(W+1)/2
+}"""
+PADDED_NHWC = """def conv(float(N, H, W, C) I, float(3, 3, C, F) Wt) -> (O) {
+  O(n, h, w, f) +=! (h + kh >= 1 && h + kh <= H && w + kw >= 1 && w + kw <= W)
+                     ? I(n, h + kh - 1, w + kw - 1, c) * Wt(kh, kw, c, f) : 0.0 where h in 0:H, w in 0:W
+}"""
+MIXED_GUARD = """def conv(float(N, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
+  O(n, f, h, w) +=! (h + kh - 1 >= 0 && h + kh - 1 < H && w + kw - 1 >= 0 && w + kw - 1 < W && h + w + kw >= 2)
+                     ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0.0 where h in 0:H, w in 0:W
+}"""
+
+
+@pytest.mark.parametrize(
+    "src, shapes",
+    [
+        (PADDED, [(1, 3, 7, 9), (8, 3, 3, 3)]),  # narrower than a vector: both edges in one block
+        (PADDED, [(2, 5, 6, 40), (17, 5, 3, 3)]),  # interior blocks between the edges
+        (PADDED, [(1, 4, 5, 33), (20, 4, 3, 3)]),  # 16k+1: a last block of one position
+        (PADDED, [(1, 4, 6, 30), (9, 4, 1, 3)]),  # 1×3 window, padding along h with one tap
+        (PADDED_5x5, [(1, 3, 6, 35), (16, 3, 5, 5)]),  # two columns of padding each side
+        (PADDED_WIDTH_ONLY, [(2, 3, 8, 20), (11, 3, 3, 3)]),
+        (PADDED_STRIDED, [(1, 4, 9, 37), (12, 4, 3, 3)]),
+        (PADDED_NHWC, [(2, 5, 19, 6), (3, 3, 6, 10)]),
+    ],
+    ids=["small", "interior", "16k+1", "1x3", "5x5", "width-only", "strided", "nhwc"],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_padding_guards_match_the_reference(src, shapes, threads):
+    args = _args(np.random.default_rng(17), shapes)
+    k = tl.compile(src, options=tl.Options(threads=threads))
+    assert "padding guards" in _plan(k, args)
+    want = tl.compile(src, options=tl.Options(optimize=False))(*args)
+    _close(k(*args), want)
+
+
+def test_padded_matches_numpy_pad():
+    x, w = _args(np.random.default_rng(4), [(2, 6, 11, 23), (19, 6, 3, 3)])
+    want = conv_np(np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))), w)
+    _close(tl.compile(PADDED, options=tl.Options(threads=2))(x, w), want)
+
+
+def test_guard_mixing_positions_and_rows_is_not_taken():
+    args = _args(np.random.default_rng(8), [(1, 3, 6, 20), (16, 3, 3, 3)])
+    k = tl.compile(MIXED_GUARD)
+    assert "direct convolution" not in _plan(k, args)
+    _close(k(*args), tl.compile(MIXED_GUARD, options=tl.Options(optimize=False))(*args))
