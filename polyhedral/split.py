@@ -14,11 +14,17 @@ a statement left with one piece keeps its name `S<k>` (its select is then decide
 
 Only assignments are split: a reduction's pieces would accumulate in another order than the
 statement's (the order is unspecified, but the unsplit kernel is the reference), and the
-contraction path expects a reduction over a box.
+contraction path expects a reduction over a box. Nor a condition that divides an index (`i % 2
+== 0`): its pieces would be strided loops, which vectorise worse than the select.
+
+The isl AST generator keeps pieces apart only where the schedule does; where one band runs
+several pieces of a statement, `separate_pieces` asks it to separate the band's innermost loop,
+so that loop runs one piece without a guard (the boundary elements peeled before and after it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import islpy as isl
@@ -41,6 +47,16 @@ def splittable(st: ir.Statement) -> bool:
     return st.op == "=" and not st.is_scatter and isinstance(st.rhs, ir.Select)
 
 
+def _divides_an_index(cond: ir.Expr) -> bool:
+    """`/` or `%` applied to an expression of the indices (dividing sizes alone is harmless)."""
+    return any(
+        isinstance(e, ir.Binary)
+        and e.op in ("/", "%")
+        and any(isinstance(x, ir.IndexRef) for x in ir.walk(e.lhs))
+        for e in ir.walk(cond)
+    )
+
+
 def split_pieces(st: ir.Statement, conv: ExprConverter, domain: isl.Set) -> tuple[Piece, ...]:
     """The pieces of `st` over `domain`: one per branch of its top-level (nested) affine selects
     that runs for some sizes, in the order of the branches. A single piece (the statement
@@ -51,7 +67,7 @@ def split_pieces(st: ir.Statement, conv: ExprConverter, domain: isl.Set) -> tupl
     def pieces(expr: ir.Expr, where: isl.Set) -> list[Piece]:
         if where.is_empty():
             return []
-        if isinstance(expr, ir.Select):
+        if isinstance(expr, ir.Select) and not _divides_an_index(expr.cond):
             cond = conv.condition(expr.cond)
             if cond is not None:
                 cond = cond.intersect(where)
@@ -69,3 +85,36 @@ def split_pieces(st: ir.Statement, conv: ExprConverter, domain: isl.Set) -> tupl
 def piece_name(base: str, n: int, count: int) -> str:
     """`S3` for a statement of one piece, else `S3_1`, `S3_2`, .. (n counts from 0)."""
     return base if count == 1 else f"{base}_{n + 1}"
+
+
+def separate_pieces(tree: isl.Schedule, statements: Iterable) -> isl.Schedule:
+    """`tree` with the innermost loop of every innermost band that runs two or more pieces of one
+    statement marked `separate` for the AST generator (isl then emits one loop per set of active
+    statements instead of a guard in the loop). `statements`: the Scop's PolyStatements."""
+    base = {s.name: (s.position, s.kind) for s in statements if s.name != f"{s.name[0]}{s.position}"}
+    if not base:
+        return tree
+    band = isl.schedule_node_type.band
+
+    def has_band_below(node: isl.ScheduleNode) -> bool:
+        found = []
+
+        def look(n: isl.ScheduleNode) -> bool:
+            if n.get_type() == band and n.get_tree_depth() > node.get_tree_depth():
+                found.append(n)
+            return not found
+
+        node.foreach_descendant_top_down(look)
+        return bool(found)
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() != band or node.band_n_member() == 0 or has_band_below(node):
+            return node
+        names: list[str] = []
+        node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+        owners = [base[n] for n in names if n in base]
+        if len(owners) == len(set(owners)):
+            return node  # no two pieces of one statement under this band
+        return node.band_member_set_ast_loop_type(node.band_n_member() - 1, isl.ast_loop_type.separate)
+
+    return tree.map_schedule_node_bottom_up(visit)

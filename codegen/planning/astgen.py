@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral import Scop
+from polyhedral.split import separate_pieces
 from scheduler import Schedule
 
 
@@ -242,6 +243,7 @@ def build_ast(
     ctx = scop.ctx
     context = scop.context if sizes is None else scop.params.fixed_context(sizes)
     tree = schedule.tree.intersect_domain(scop.domain().intersect_params(context))
+    tree = separate_pieces(tree, scop.statements)  # guard-free loops over a statement's pieces
     deps = scop.dependences.all.intersect_params(context)
     leaves: dict[str, Leaf] = {}
 
