@@ -10,9 +10,14 @@ along x, the taps looped inside and the window tap `u` that shares x's input sub
 The statement is projected onto its remaining output variables (the outer loops, which the
 scheduler keeps and may split over threads); the kernel covers all f, x and taps at each point.
 
-Supported: any such affine window (stride, dilation, NCHW, NHWC, 1-D to 3-D), float32 and float64.
-Not recognised (they stay on the GEMM or loop path): padding (a guarded read is no product of two
-reads), groups (f is not a plain filter subscript), fewer output channels than half a vector.
+Supported: any such affine window (stride, dilation, NCHW, NHWC, 1-D to 3-D), float32 and float64;
+zero padding written as a guard, `cond ? I·W : 0` with cond an `&&` of affine comparisons each
+over x and its window tap only or over the other variables only; groups as a dimension of their
+own (`Wt(g, f, c, kh, kw)`, `I(n, g, c, ..)`: a filter subscript in the output and the input).
+Not recognised (they stay on the GEMM or loop path): groups folded into the channel subscript
+(`g*F + f` is no plain filter subscript), depthwise convolution (no output channel apart from
+the input's), a 1×1 window (a plain GEMM), fewer output channels than half a vector, a filter
+that is not a kernel input.
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class ConvPlan:
     # variables and the looped taps (tested per tap at run time)
     col_guards: tuple[Guard, ...] = ()
     row_guards: tuple[Guard, ...] = ()
+    # group variables (in the output, the filter and the input; looped outside the call) and
+    # their trip counts: the filter is packed per group
+    groups: tuple[tuple[str, int], ...] = ()
 
     @property
     def lanes(self) -> int:
@@ -76,11 +84,14 @@ class ConvPlan:
     def packed_bytes(self) -> int:
         """The filter laid out [f-block][taps][u][lanes], zero-padded past the last channel."""
         taps = math.prod(self.trips(t) for t in self.taps)
-        return self.f_blocks * taps * self.trips(self.u) * self.lanes * self.itemsize
+        groups = math.prod(n for _, n in self.groups)
+        return groups * self.f_blocks * taps * self.trips(self.u) * self.lanes * self.itemsize
 
     def describe(self) -> str:
         taps = ", ".join(self.taps)
         unrolled = f"; {self.u} unrolled" if self.u is not None else ""
+        if self.groups:
+            unrolled += f"; groups {', '.join(v for v, _ in self.groups)}"
         if self.col_guards or self.row_guards:
             unrolled += (
                 f"; padding guards ({len(self.col_guards)} along {self.x}, {len(self.row_guards)} per tap)"
@@ -113,11 +124,14 @@ def _match(
     wt_vars = [_plain(f) for f in wt.forms]
     if None in wt_vars or len(set(wt_vars)) != len(wt_vars):
         return None
-    channels = [v for v in wt_vars if v in outputs]
-    if len(channels) != 1 or inp.uses(channels[0]):
+    # output variables of the filter: the output channel f (not in the input) and group
+    # variables (also in the input: `Wt(g, f, c, kh, kw)` with `I(n, g, c, ..)`)
+    channels = [v for v in wt_vars if v in outputs and not inp.uses(v)]
+    groups = tuple(v for v in wt_vars if v in outputs and inp.uses(v))
+    if len(channels) != 1:
         return None
     f = channels[0]
-    taps_all = tuple(v for v in wt_vars if v != f)
+    taps_all = tuple(v for v in wt_vars if v != f and v not in groups)
     if set(taps_all) != set(reductions) or not taps_all or not all(inp.uses(t) for t in taps_all):
         return None
     if any(not inp.uses(v) for v in outputs if v != f):
@@ -147,10 +161,12 @@ def _match(
     if math.prod(extent[v] for v in st.all_indices) < MIN_CONTRACTION_WORK:
         return None
     inner = (f, x, *((u,) if u else ()), *taps)
+    group_extents = tuple((v, extent[v]) for v in groups)
     return ConvPlan(
         stmt.name, out, inp, wt, f, x, u, taps,
         tuple(v for v in outputs if v not in (f, x)),
-        tuple((v, lo[v]) for v in inner), tuple((v, extent[v]) for v in inner), bytes_, 0,
+        tuple((v, lo[v]) for v in (*inner, *groups)), tuple((v, extent[v]) for v in inner), bytes_, 0,
+        groups=group_extents,
     )  # fmt: skip
 
 

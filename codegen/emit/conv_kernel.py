@@ -51,6 +51,8 @@ class ConvGeometry:
     col_guards: tuple[tuple[int, int, int], ...] = ()
     row_guards: tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...] = ()
     outer: int = 0  # outer-variable arguments the kernel takes (for row guards)
+    groups: tuple[int, ...] = ()  # trip counts of the group variables (the filter packed per group)
+    wt_groups: tuple[int, ...] = ()  # filter stride per group variable
 
     @property
     def lanes(self) -> int:
@@ -59,6 +61,11 @@ class ConvGeometry:
     @property
     def f_blocks(self) -> int:
         return -(-self.channels // self.lanes)
+
+    @property
+    def group_elements(self) -> int:
+        """Packed filter elements of one group."""
+        return self.f_blocks * self.tap_count * self.window * self.lanes
 
     @property
     def tap_count(self) -> int:
@@ -116,17 +123,20 @@ def _offset(b: ir.IRBuilder, ivs, strides) -> ir.Value:
 
 
 def define_pack(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
-    """`pack(w, wp)`: wp[fb][taps][u][lane] = w[f = fb·lanes + lane, taps, u], 0 past the last f."""
+    """`pack(w, wp)`: wp[groups][fb][taps][u][lane] = w[groups, f = fb·lanes + lane, taps, u], 0 past
+    the last f."""
     tp = g.element.as_pointer()
     fn = define_function(module, name, ir.VoidType(), [tp, tp], ["w", "wp"])
     w, wp = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    counts = (g.f_blocks, *g.taps, g.window, g.lanes)
+    counts = (*g.groups, g.f_blocks, *g.taps, g.window, g.lanes)
+    ngroups = len(g.groups)
 
     def body(ivs, _):
-        fb, *taps, u, lane = ivs
+        groups, (fb, *taps, u, lane) = ivs[:ngroups], ivs[ngroups:]
         f = b.add(b.mul(fb, c64(g.lanes)), lane)
         src = b.add(b.mul(f, c64(g.wt_f)), b.add(_offset(b, taps, g.wt_taps), b.mul(u, c64(g.wt_u))))
+        src = b.add(src, _offset(b, groups, g.wt_groups))
         inside = b.icmp_signed("<", f, c64(g.channels))
         safe = b.select(inside, src, c64(0))  # the padding lanes read w[0] and store zero
         value = b.select(inside, load(b, gep(b, w, safe), g.itemsize), ir.Constant(g.element, 0.0))
@@ -302,9 +312,10 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
         accs = blk.reduce(accs, i0, gep(b, wp, b.mul(fb, c64(per_block))), pairs, outer)
         blk.store_output(accs, o0, fvalid, rx)
 
-    def positions(fb, fvalid: int) -> None:
-        # blocks of `lanes` positions; a run of full blocks that the guards leave whole is a loop,
-        # the others (the padding's edges, the last partial block) are code of their own
+    def positions(body) -> None:
+        """body(x0, rx, pairs) for each block of `lanes` positions; a run of full blocks that the
+        guards leave whole is a loop, the others (the padding's edges, the last partial block)
+        are code of their own."""
         blocks = [(x0, min(lanes, g.positions - x0)) for x0 in range(0, g.positions, lanes)]
         whole = _pairs(g, 0, lanes) if g.col_guards else None
         n = 0
@@ -325,18 +336,24 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
                     run,
                     [],
                     lambda xb, _, first=n, pairs=pairs: (
-                        block(fb, b.mul(b.add(xb, c64(first)), c64(lanes)), fvalid, lanes, pairs) or []
+                        body(b.mul(b.add(xb, c64(first)), c64(lanes)), lanes, pairs) or []
                     ),
                     "xb",
                 )
             else:
-                block(fb, c64(x0), fvalid, rx, pairs)
+                body(c64(x0), rx, pairs)
             n += run
 
-    full_f, rest_f = divmod(g.channels, lanes)
-    if full_f:
-        _counted(b, full_f, [], lambda fb, _: positions(fb, lanes) or [], "fb")
-    if rest_f:
-        positions(c64(full_f), rest_f)
+    def channels(body) -> None:
+        """body(fb, fvalid) for each block of `lanes` output channels."""
+        full_f, rest_f = divmod(g.channels, lanes)
+        if full_f:
+            _counted(b, full_f, [], lambda fb, _: body(fb, lanes) or [], "fb")
+        if rest_f:
+            body(c64(full_f), rest_f)
+
+    # channel blocks outside: one block's packed filter is reused by every position block (the
+    # other order measured the same on the 64×64×3×3 case)
+    channels(lambda fb, fvalid: positions(lambda x0, rx, pairs: block(fb, x0, fvalid, rx, pairs)))
     b.ret_void()
     return fn

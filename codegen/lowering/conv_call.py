@@ -61,6 +61,8 @@ def geometry(state, conv: ConvPlan) -> ConvGeometry:
         col_guards=tuple(_col_guard(conv, g) for g in conv.col_guards),
         row_guards=tuple(_row_guard(conv, g) for g in conv.row_guards),
         outer=len(conv.outer) if conv.row_guards else 0,
+        groups=tuple(n for _, n in conv.groups),
+        wt_groups=tuple(_stride(conv.wt, w, v) for v, _ in conv.groups),
     )
 
 
@@ -111,7 +113,8 @@ def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
     kernel = module.globals.get(kernel_name) or define_conv(module, kernel_name, g, overwrite)
     pack = module.globals.get(pack_name) or define_pack(module, pack_name, g)
     first = {v: ll.Constant(V.I64, lo) for v, lo in conv.lo}
-    values = {**dict(state.leaf_statement.indices), **first}
+    group_vars = {v for v, _ in conv.groups}  # outer variables: their values at this point
+    values = {**dict(state.leaf_statement.indices), **{v: c for v, c in first.items() if v not in group_vars}}
     # the packed filter: at the end of the workspace, after GEMM panels and contracted slices
     base = state.plan.workspace_bytes - workspace_bytes(state.plan.convolutions) + conv.offset
     fn = b.block.parent
@@ -129,4 +132,9 @@ def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
     i = _pointer(state, b, conv.inp, values, _strides(state, conv.inp.tensor), t)
     o = _pointer(state, b, conv.out, values, _strides(state, conv.out.tensor), t)
     outer = [values[v] for v in conv.outer] if conv.row_guards else []
-    b.call(kernel, [i, wp, o, *outer])
+    group = ll.Constant(V.I64, 0)  # this point's group: its packed filter
+    for v, n in conv.groups:
+        index = b.sub(state.leaf_statement.indices[v], first[v])
+        group = b.add(b.mul(group, ll.Constant(V.I64, n)), index)
+    wp_group = b.gep(wp, [b.mul(group, ll.Constant(V.I64, g.group_elements))]) if conv.groups else wp
+    b.call(kernel, [i, wp_group, o, *outer])

@@ -17,6 +17,10 @@ STRIDED = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +
 DILATED = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+2*kh,w+3*kw) * Wt(f,c,kh,kw) }"
 NHWC = "def conv(float(N,H,W,C) I, float(KH,KW,C,F) Wt) -> (O) { O(n,h,w,f) +=! I(n,h+kh,w+kw,c) * Wt(kh,kw,c,f) }"
 CONV1D = "def conv(float(C,X) I, float(F,C,K) Wt) -> (O) { O(f,x) +=! I(c,x+k) * Wt(f,c,k) }"
+CONV3D = (
+    "def conv(float(N,C,D,H,W) I, float(F,C,KD,KH,KW) Wt) -> (O) "
+    "{ O(n,f,d,h,w) +=! I(n,c,d+kd,h+kh,w+kw) * Wt(f,c,kd,kh,kw) }"
+)
 CONV_BIAS_RELU = """def conv_bias_relu(float(N, C, H, W) I, float(F, C, KH, KW) Wt, float(F) Bias) -> (O) {
     T(n, f, h, w) +=! I(n, c, h + kh, w + kw) * Wt(f, c, kh, kw)
     O(n, f, h, w) = fmax(T(n, f, h, w) + Bias(f), 0)
@@ -98,8 +102,9 @@ def test_float64(shape):
         (NHWC, [(2, 12, 21, 5), (3, 3, 5, 24)]),
         (NHWC, [(1, 6, 9, 3), (2, 3, 3, 9)]),
         (CONV1D, [(6, 40), (33, 6, 5)]),
+        (CONV3D, [(1, 3, 5, 6, 19), (10, 3, 2, 3, 3)]),
     ],
-    ids=["swapped", "strided", "dilated", "nhwc", "nhwc-small", "conv1d"],
+    ids=["swapped", "strided", "dilated", "nhwc", "nhwc-small", "conv1d", "conv3d"],
 )
 @pytest.mark.parametrize("threads", [1, 2])
 def test_layouts_strides_dilation_match_the_reference(src, shapes, threads):
@@ -221,3 +226,26 @@ def test_guard_mixing_positions_and_rows_is_not_taken():
     k = tl.compile(MIXED_GUARD)
     assert "direct convolution" not in _plan(k, args)
     _close(k(*args), tl.compile(MIXED_GUARD, options=tl.Options(optimize=False))(*args))
+
+
+GROUPED = "def conv(float(N,G,C,H,W) I, float(G,F,C,KH,KW) Wt) -> (O) { O(n,g,f,h,w) +=! I(n,g,c,h+kh,w+kw) * Wt(g,f,c,kh,kw) }"
+GROUPED_LAST = "def conv(float(N,C,G,H,W) I, float(F,G,C,KH,KW) Wt) -> (O) { O(n,h,w,g,f) +=! I(n,c,g,h+kh,w+kw) * Wt(f,g,c,kh,kw) }"
+
+
+@pytest.mark.parametrize(
+    "src, shapes",
+    [
+        (GROUPED, [(2, 3, 5, 7, 20), (3, 9, 5, 3, 3)]),
+        (GROUPED, [(1, 2, 4, 6, 40), (2, 17, 4, 3, 3)]),
+        (GROUPED_LAST, [(1, 4, 3, 6, 21), (10, 3, 4, 3, 3)]),
+    ],
+    ids=["nchw", "two-blocks", "channels-last"],
+)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_groups_match_the_reference(src, shapes, threads):
+    """Grouped convolution with the group as its own dimension: the filter is packed per group."""
+    args = _args(np.random.default_rng(21), shapes)
+    k = tl.compile(src, options=tl.Options(threads=threads))
+    assert "groups g" in _plan(k, args)
+    want = tl.compile(src, options=tl.Options(optimize=False))(*args)
+    _close(k(*args), want)
