@@ -249,3 +249,18 @@ def test_groups_match_the_reference(src, shapes, threads):
     assert "groups g" in _plan(k, args)
     want = tl.compile(src, options=tl.Options(optimize=False))(*args)
     _close(k(*args), want)
+
+
+OFFSET_ACCUMULATE = """def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) {
+  O(n,f,h,w) = 1.0 where n in 0:N, f in 0:F, h in 0:H, w in 0:W
+  O(n,f,h,w) += I(n,c,h+kh-1,w+kw-3) * Wt(f,c,kh,kw) where h in 1:H-KH+1, w in 3:W-KW+2
+}"""
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ranges_not_starting_at_zero_add_to_the_output(threads):
+    """`+=` onto values already there (no zeroing to fold), over ranges that start past 0."""
+    args = _args(np.random.default_rng(9), [(2, 3, 9, 40), (17, 3, 3, 3)])
+    k = tl.compile(OFFSET_ACCUMULATE, options=tl.Options(threads=threads))
+    assert "direct convolution" in _plan(k, args)
+    _close(k(*args), tl.compile(OFFSET_ACCUMULATE, options=tl.Options(optimize=False))(*args))
