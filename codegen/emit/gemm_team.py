@@ -19,6 +19,13 @@ TEAM_GENERATION = TEAM_DONE  # i64: barriers completed (a waiting thread watches
 TEAM_ABORT = 192  # i32: a thread left early (an error, the cancel word): the others stop waiting
 TEAM_HEADER = TEAM_PANEL  # bytes of the header the runtime clears for each call
 
+# A whole-call team (the kernel's last phase number runs every phase, a barrier between them)
+# finds after the header one record of i64 per phase: WHOLE_MODE, WHOLE_SPAN, then [lo, hi) of
+# each thread (2 + 2 * TEAM_SIZE words per record).
+WHOLE_ALONE = 0  # thread 0 runs the phase (lo = INT64_MIN), the others wait at the barrier
+WHOLE_SPLIT = 1  # each thread runs its [lo, hi) of the outer loop, WHOLE_SPAN at a time, polling between
+WHOLE_TEAM = 2  # a loop team: every thread calls the phase with lo = the block, hi = its index
+
 
 def gemm_team_bytes() -> int:
     """Bytes of the shared block: the header of counters, each on its own cache line, then one

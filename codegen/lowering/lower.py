@@ -14,10 +14,17 @@ from .prefetch import PrefetchLowering
 from .statements import StatementLowering
 from .team import TeamLowering
 from .vector_width import apply_vector_width
+from .whole import WholeCallLowering
 
 
 class Lowering(
-    LoopLowering, PipelineLowering, StatementLowering, GemmCallLowering, PrefetchLowering, TeamLowering
+    LoopLowering,
+    PipelineLowering,
+    StatementLowering,
+    GemmCallLowering,
+    PrefetchLowering,
+    TeamLowering,
+    WholeCallLowering,
 ):
     """Emits one kernel module from a KernelPlan, one job per base class (their state is
     LoweringState). Single use: construct, then call `run()`."""
@@ -34,6 +41,8 @@ class Lowering(
             if not decision.folded:  # a folded init: the next phase's GEMM stores C instead
                 self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
+        if not any(d.split is Split.GEMM_TEAM for d in self.plan.phases):
+            self.emit_whole_call()  # phase number len(phases): the whole call on a team
         emit_entry(
             self.module, self.program, self.layout, self.param_values is not None, self.phase_functions
         )

@@ -37,8 +37,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
+from ..emit.gemm_team import TEAM_HEADER
 from ..lowering.status import ERROR_CANCELLED
 from ..planning.runs import PhasePlan
+from .teams import Teams, whole_call_table
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
@@ -172,42 +174,8 @@ class Workspaces:
             self._idle.extend(leased)
 
 
-class _Teams:
-    """Shared blocks of cooperative phases (PhasePlan.team): for a GEMM, a packed panel of B and
-    the counters the team's threads take tasks with; for a loop team, the barrier's words. One
-    per phase call, kept for reuse; only the header is cleared for a new call."""
-
-    def __init__(self):
-        self._idle: list[tuple[np.ndarray, int]] = []
-        self._lock = threading.Lock()
-        renew_after_fork(self)
-
-    def after_fork(self) -> None:
-        self._lock = threading.Lock()
-
-    def take(self, threads: int, gemm: bool = True) -> tuple[np.ndarray, int]:
-        from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes  # host facts: on first use
-
-        nbytes = gemm_team_bytes() if gemm else TEAM_HEADER
-        with self._lock:
-            while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
-                self._idle.pop()  # made for another blocking
-            block = self._idle.pop() if self._idle else None
-        if block is None:
-            buf = np.empty(nbytes + 64, dtype=np.uint8)
-            block = (buf, (buf.ctypes.data + 63) // 64 * 64)
-        buf, address = block
-        header = buf[address - buf.ctypes.data :][:TEAM_HEADER].view(np.int64)
-        header[:] = 0
-        header[TEAM_SIZE // 8] = threads
-        return block
-
-    def give_back(self, block: tuple[np.ndarray, int]) -> None:
-        with self._lock:
-            self._idle.append(block)
-
-
-_teams = _Teams()
+_teams = Teams()
+renew_after_fork(_teams)
 
 
 _libc_getcpu = None
@@ -395,6 +363,25 @@ def run_phases(
         workspaces.give_back(leased)
 
 
+def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
+    """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None."""
+    table = whole_call_table(
+        plans,
+        threads,
+        lambda p: p.work >= MIN_PARALLEL_WORK,
+        lambda p: p.work // p.barriers >= TEAM_STEP_WORK,
+        chunks,
+        CHUNK_WORK,
+    )
+    if table is None or not _team_busy.acquire(blocking=False):
+        return None
+    block = _teams.take(threads, TEAM_HEADER + table.nbytes)
+    buf, address = block
+    start = address - buf.ctypes.data + TEAM_HEADER
+    buf[start : start + table.nbytes] = table.view(np.uint8)
+    return block, _team_busy
+
+
 def _run_phases(
     entry,
     buffers_for,
@@ -411,16 +398,22 @@ def _run_phases(
         sum(p.work for p in plans) >= WATCHED_WORK and threading.current_thread() is threading.main_thread()
     )
     watch: _Watch | None = None
+    whole_call = _whole_call(plans, threads)
+    if whole_call is not None:  # one dispatch: phase len(plans) runs them all (lowering/whole.py)
+        plans = (PhasePlan(len(plans), None, sum(p.work for p in plans), team=True, barriers=len(plans)),)
     for plan in plans:
         pieces = []
         team = None
         busy = None  # _team_busy, held while this phase's loop team runs
         claims = None  # the loop's parts, taken in turn by the pieces
-        if threads > 1 and plan.work >= MIN_PARALLEL_WORK:
+        if whole_call is not None:
+            team, busy = whole_call
+            pieces = [(team[1], t) for t in range(threads)]
+        elif threads > 1 and plan.work >= MIN_PARALLEL_WORK:
             if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
                 if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
                     busy = _team_busy
-                    team = _teams.take(threads, gemm=False)
+                    team = _teams.take(threads, TEAM_HEADER)
                     pieces = [(team[1], t) for t in range(threads)]
             elif plan.team:  # every thread calls the phase with the shared block as lo
                 team = _teams.take(threads)

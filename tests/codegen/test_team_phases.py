@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from codegen.emit.gemm_team import TEAM_HEADER, WHOLE_SPLIT, WHOLE_TEAM
 from codegen.runtime import parallel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,17 +102,32 @@ def scan_in_step(a: np.ndarray, steps: int) -> np.ndarray:
 
 @pytest.fixture
 def teams_taken(monkeypatch):
-    """Counts the loop teams that ran (shared blocks taken for them)."""
-    taken = []
-    take = parallel._teams.take
+    """What ran on teams: "loop" for each loop-team phase dispatched alone, and for each
+    whole-call team the modes of its phases (emit/gemm_team.py WHOLE_*)."""
+    taken: list = []
+    take, whole = parallel._teams.take, parallel._whole_call
 
-    def counting(threads, gemm=True):
-        if not gemm:
-            taken.append(threads)
-        return take(threads, gemm)
+    def counting(threads, nbytes=None):
+        if nbytes == TEAM_HEADER:
+            taken.append("loop")
+        return take(threads, nbytes)
+
+    def recording(plans, threads):
+        found = whole(plans, threads)
+        if found is not None:
+            (buf, address), _ = found
+            start = address - buf.ctypes.data + TEAM_HEADER
+            table = buf[start:].view(np.int64)[: len(plans) * (2 + 2 * threads)]
+            taken.append(tuple(int(m) for m in table[:: 2 + 2 * threads]))
+        return found
 
     monkeypatch.setattr(parallel._teams, "take", counting)
+    monkeypatch.setattr(parallel, "_whole_call", recording)
     return taken
+
+
+def loop_team_ran(taken) -> bool:
+    return any(t == "loop" or (isinstance(t, tuple) and WHOLE_TEAM in t) for t in taken)
 
 
 @pytest.fixture
@@ -135,11 +151,14 @@ def test_the_time_loop_is_a_team_phase():
     assert not any("team" in line for line in phase_lines(ref, {"N": 300, "M": 301, "T": 9}))
 
 
+@pytest.mark.parametrize("whole", [True, False])
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize(
     "shape", [(1, 1, 1), (1, 1, 4), (2, 3, 3), (3, 5, 2), (7, 11, 13), (37, 41, 7), (5, 97, 31)]
 )
-def test_jacobi_2d_matches_numpy_and_one_thread(forced, threads, shape):
+def test_jacobi_2d_matches_numpy_and_one_thread(forced, monkeypatch, whole, threads, shape):
+    if not whole:  # one dispatch per phase (kernels with a GEMM phase, or a single phase)
+        monkeypatch.setattr(parallel, "_whole_call", lambda plans, threads: None)
     n, m, steps = shape
     a = np.random.default_rng(n * m + steps).random((n, m), dtype=np.float32)
     one = tl.compile(JACOBI_2D, options=tl.Options(threads=1))(a, T=steps)
@@ -147,7 +166,7 @@ def test_jacobi_2d_matches_numpy_and_one_thread(forced, threads, shape):
     np.testing.assert_array_equal(got, one)  # each element computed as on one thread
     np.testing.assert_allclose(got, jacobi_2d(a, steps), rtol=1e-4, atol=1e-5)
     if steps > 2 and min(n, m) > 2:
-        assert forced, "no loop team ran"
+        assert loop_team_ran(forced), "no loop team ran"
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -178,6 +197,34 @@ def test_scan_inside_the_time_loop(forced, threads, shape):
     np.testing.assert_allclose(got, scan_in_step(a, steps), rtol=1e-12, atol=1e-12)
 
 
+MULTI = """
+def multi(float(N, M) A, float(N) v) -> (O, S) {
+  D(i, j) = A(i, j) * 2.0
+  O(i, j) = D(i, j) + v(i)
+  S(i) +=! O(i, j)
+}
+"""
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (7, 5), (97, 13), (5, 101)])
+def test_a_whole_call_runs_every_phase_in_one_dispatch(forced, threads, shape):
+    """No loop team: split phases (one that polls the cancel word itself, elementwise ones that
+    run in chunks) and thread-0 phases, a barrier between them."""
+    n, m = shape
+    rng = np.random.default_rng(n * m)
+    a, v = rng.random((n, m), dtype=np.float32), rng.random(n, dtype=np.float32)
+    k = tl.compile(MULTI, options=tl.Options(threads=threads, fusion="none"))
+    o, s = k(a, v)
+    np.testing.assert_allclose(o, a * 2 + v[:, None], rtol=1e-6)
+    np.testing.assert_allclose(s, (a * 2 + v[:, None]).sum(axis=1), rtol=1e-5)
+    one = tl.compile(MULTI, options=tl.Options(threads=1, fusion="none"))(a, v)
+    np.testing.assert_array_equal(o, one[0])
+    np.testing.assert_array_equal(s, one[1])
+    if n > 1:
+        assert [t for t in forced if isinstance(t, tuple) and WHOLE_SPLIT in t], forced
+
+
 def test_the_work_per_barrier_decides_without_forcing(teams_taken):
     """Default thresholds: a team runs exactly when the phase's work per barrier reaches
     TEAM_STEP_WORK (and its work MIN_PARALLEL_WORK)."""
@@ -187,12 +234,11 @@ def test_the_work_per_barrier_decides_without_forcing(teams_taken):
     np.testing.assert_allclose(got, jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
     plans = [p for p in k._specialisation({"N": 257, "M": 1031, "T": 5}).plans if p.loop_team]
     assert plans
-    want = [
-        2
+    want = any(
+        p.work >= parallel.MIN_PARALLEL_WORK and p.work // p.barriers >= parallel.TEAM_STEP_WORK
         for p in plans
-        if p.work >= parallel.MIN_PARALLEL_WORK and p.work // p.barriers >= parallel.TEAM_STEP_WORK
-    ]
-    assert teams_taken == want
+    )
+    assert loop_team_ran(teams_taken) == want
 
 
 def test_small_work_stays_on_one_thread(teams_taken):
@@ -210,8 +256,8 @@ def test_short_steps_stay_on_one_thread(teams_taken, n, steps):
     k = tl.compile(JACOBI_1D, options=tl.Options(threads=2))
     np.testing.assert_allclose(k(b, T=steps), heat_1d(b, steps))
     plans = k._specialisation({"N": n, "T": steps}).plans
-    want = [2 for p in plans if p.loop_team and p.work // p.barriers >= parallel.TEAM_STEP_WORK]
-    assert teams_taken == want
+    want = any(p.loop_team and p.work // p.barriers >= parallel.TEAM_STEP_WORK for p in plans)
+    assert loop_team_ran(teams_taken) == want
     for p in plans:
         if p.loop_team:  # the estimate is never below the outer loop's trips
             assert p.barriers >= 1
@@ -252,7 +298,7 @@ def _forked_child(queue) -> None:
 def test_team_kernels_work_in_a_forked_child(forced):
     a = np.random.default_rng(5).random((15, 17), dtype=np.float32)
     tl.compile(JACOBI_2D, options=tl.Options(threads=2))(a, T=7)  # the parent's team pool exists
-    assert forced
+    assert loop_team_ran(forced)
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_forked_child, args=(queue,))
@@ -304,7 +350,7 @@ CHILD = textwrap.dedent(
     '''
     taken = []
     take = parallel._teams.take
-    parallel._teams.take = lambda threads, gemm=True: (taken.append(gemm), take(threads, gemm))[1]
+    parallel._teams.take = lambda threads, nbytes=None: (taken.append(nbytes), take(threads, nbytes))[1]
     k = tl.compile(src, options=tl.Options(threads=2))
     n = 1 << 16
     big = np.random.default_rng(0).random(n, dtype=np.float32)
@@ -329,7 +375,7 @@ CHILD = textwrap.dedent(
     time.sleep(1.0)
     result["sentinels_intact"] = all(bool((s == 7.0).all()) for s in sentinels)
     result["stop_latency_s"] = stopped - signalled[0] if signalled else None
-    result["team_ran"] = False in taken
+    result["team_ran"] = any(n is not None for n in taken)
     result["pool_free"] = not parallel._team_busy.locked()
     small = np.random.default_rng(1).random(70001, dtype=np.float32)
     want = small.astype(np.float32)

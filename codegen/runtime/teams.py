@@ -1,0 +1,95 @@
+"""runtime: shared blocks of teams; a call's phase plans → the table of a whole-call team (phases split, loop teams, thread 0).
+
+When a kernel has no GEMM team phase, its phase number len(plans) runs every phase on each thread
+of a team, a barrier between phases (lowering/whole.py): one Python dispatch per call instead of
+one per phase. This module decides, per call, whether that pays and what each phase does in it,
+by the same rules as the phase-by-phase dispatch in parallel.py, and writes the table into the
+team's shared block.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from ..planning.runs import PhasePlan
+
+
+class Teams:
+    """Shared blocks of cooperative phases (PhasePlan.team): for a GEMM, a packed panel of B and
+    the counters the team's threads take tasks with; for a loop team, the barrier's words. One
+    per phase call, kept for reuse; only the header is cleared for a new call."""
+
+    def __init__(self):
+        self._idle: list[tuple[np.ndarray, int]] = []
+        self._lock = threading.Lock()
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+    def take(self, threads: int, nbytes: int | None = None) -> tuple[np.ndarray, int]:
+        """A block of `nbytes` (None: a GEMM team's), its header cleared, TEAM_SIZE = threads."""
+        from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes  # host facts: on first use
+
+        nbytes = gemm_team_bytes() if nbytes is None else nbytes
+        with self._lock:
+            while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
+                self._idle.pop()  # made for another blocking
+            block = self._idle.pop() if self._idle else None
+        if block is None:
+            buf = np.empty(nbytes + 64, dtype=np.uint8)
+            block = (buf, (buf.ctypes.data + 63) // 64 * 64)
+        buf, address = block
+        header = buf[address - buf.ctypes.data :][:TEAM_HEADER].view(np.int64)
+        header[:] = 0
+        header[TEAM_SIZE // 8] = threads
+        return block
+
+    def give_back(self, block: tuple[np.ndarray, int]) -> None:
+        with self._lock:
+            self._idle.append(block)
+
+
+def whole_call_table(
+    plans: tuple[PhasePlan, ...],
+    threads: int,
+    parallel: Callable[[PhasePlan], bool],
+    team: Callable[[PhasePlan], bool],
+    split: Callable[[tuple[int, int, int], int], list[tuple[int, int]]],
+    chunk_work: int,
+) -> np.ndarray | None:
+    """The records (emit/gemm_team.py) of a whole-call team for these plans, or None when one
+    dispatch per phase is the way: a GEMM team phase (its counters would clash with the
+    barrier's), a single phase, or no phase that several threads share. `parallel(plan)`: the
+    phase is worth threads; `team(plan)`: a loop team is worth it; `split(range, parts)`: the
+    [lo, hi) shares of a loop."""
+    from ..emit.gemm_team import WHOLE_ALONE, WHOLE_SPLIT, WHOLE_TEAM
+
+    if threads < 2 or len(plans) < 2 or any(p.team and not p.loop_team for p in plans):
+        return None
+    width = 2 + 2 * threads
+    table = np.zeros((len(plans), width), dtype=np.int64)
+    shared = False
+    for row, plan in zip(table, plans):
+        row[0] = WHOLE_ALONE
+        if not parallel(plan):
+            continue
+        if plan.loop_team:
+            if team(plan):
+                row[0], shared = WHOLE_TEAM, True
+            continue
+        if plan.loop_range is None:
+            continue
+        first, stop, step = plan.loop_range
+        shares = split(plan.loop_range, threads)
+        if len(shares) < 2:
+            continue
+        row[0], shared = WHOLE_SPLIT, True
+        trips = max(1, -(-(stop - first) // step))
+        # a phase that does not poll the cancel word runs CHUNK_WORK instances at a time
+        row[1] = max(1, chunk_work * trips // max(1, plan.work)) * step if plan.chunked else 2**62
+        for t, (lo, hi) in enumerate(shares):
+            row[2 + 2 * t], row[3 + 2 * t] = lo, hi
+    return table.reshape(-1) if shared else None
