@@ -364,7 +364,11 @@ def run_phases(
 
 
 def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
-    """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None."""
+    """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
+    for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
+    its parts taken in turn let a thread that starts late take fewer."""
+    if any(p.loop_range is not None and not p.team and p.work >= DYNAMIC_WORK for p in plans):
+        return None
     table = whole_call_table(
         plans,
         threads,
