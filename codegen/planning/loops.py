@@ -8,6 +8,7 @@ import islpy as isl
 
 from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
+from polyhedral.convolution import ConvPlan
 from tensorlang import ir
 
 from .astgen import LoopAst
@@ -39,12 +40,19 @@ def _expr(e: ir.Expr, names: dict[str, str]) -> str:
 
 
 def statement_text(
-    scop: Scop, name: str, index_names: dict[str, str], plans: Mapping[str, ContractionPlan]
+    scop: Scop, name: str, index_names: dict[str, str], plans: Mapping[str, ContractionPlan | ConvPlan]
 ) -> str:
     """One statement instance as C, with index variables replaced by loop expressions."""
     stmt = scop.statement(name)
     st = stmt.statement
     plan = plans.get(name)
+    if isinstance(plan, ConvPlan):  # one call covers f, x and the taps at this point
+        ranges = {r.var: r for r in st.ranges}
+        inner = [v for v, _ in plan.extent]
+        dims = ", ".join(f"{v} in {ranges[v].lo}:{ranges[v].hi}" for v in inner)
+        names = {**index_names, **{v: v for v in inner}}
+        out = plan.out.tensor + "".join(f"[{names.get(v, v)}]" for v in st.indices)
+        return f"conv({dims}): {out} += {_expr(st.rhs, names)};"
     if plan is not None:
         ranges = {r.var: r for r in st.ranges}
         dims = ", ".join(f"{v} in {ranges[v].lo}:{ranges[v].hi}" for v in (plan.m, plan.n, plan.k))
@@ -65,7 +73,7 @@ def statement_text(
 def loops_text(
     scop: Scop,
     ast: LoopAst,
-    plans: Mapping[str, ContractionPlan] | None = None,
+    plans: Mapping[str, ContractionPlan | ConvPlan] | None = None,
     prefetch: Mapping[str, tuple[str, ...]] | None = None,
     pipelined: set[str] | None = None,
 ) -> str:

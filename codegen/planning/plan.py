@@ -169,7 +169,8 @@ class KernelPlan:
                 prefetch[name] = tuple(f.tensor for f in decision.prefetch)
             if decision.pipeline is not None and name is not None:
                 pipelined.add(name)
-        text = loops_text(self.scop, self.ast, self.contractions, prefetch, pipelined)
+        plans = {**self.contractions, **self.convolutions}
+        text = loops_text(self.scop, self.ast, plans, prefetch, pipelined)
         report = storage_report(self.contracted, self.folded)
         return f"{report}\n{text}" if report else text
 
