@@ -34,8 +34,10 @@ FULL = ("sgemm-256", "atax-4000", "transpose2d-4096", "softmax-4096x1024", "ewch
 QUICK = ("transpose2d", "softmax")
 
 
-def _pick(suite, quick: bool):
+def _pick(suite, quick: bool, only: str | None = None):
     wanted = QUICK if quick else FULL
+    if only:  # --kernels sgemm,conv2d: those of the set whose names start so
+        wanted = tuple(w for w in wanted if any(w.startswith(p) for p in only.split(",")))
     return [k for k in suite if any(k.name.startswith(w) for w in wanted)]
 
 
@@ -63,6 +65,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=QUESTION)
     paperbench.add_common_args(ap, threads_default="1", peers=False)
     ap.add_argument("--budget", type=float, help="tuning seconds per kernel (default 25; 1 with --quick)")
+    ap.add_argument("--kernels", help="comma-separated name prefixes: tune only those kernels of the set")
     args = ap.parse_args()
     budget = args.budget if args.budget is not None else (1.0 if args.quick else 25.0)
     repeats = args.repeats or (3 if args.quick else 15)
@@ -81,11 +84,11 @@ def main() -> int:
         "2026-11-tuning",
         QUESTION,
         args.quick,
-        {"budget_s": budget, "threads": [threads], "repeats": repeats},
+        {"budget_s": budget, "threads": [threads], "repeats": repeats, "kernels": args.kernels or "all"},
     )
     print(paperbench.header_line(results), flush=True)
     rng = np.random.default_rng(0)
-    for kernel in _pick(suite_mod.suite(args.quick), args.quick):
+    for kernel in _pick(suite_mod.suite(args.quick), args.quick, args.kernels):
         inputs = kernel.make_inputs(rng)
         want = kernel.numpy(*inputs)
         t0 = time.perf_counter()
