@@ -5,7 +5,8 @@ candidate must match), then candidates from search.py until the budget is spent;
 whose plan is the same as one measured already is skipped without measuring (the cheap filter:
 planning takes milliseconds, a measurement a second). Last, the default and the three fastest
 are timed again, interleaved, in one process; the fastest becomes the key's best record only if
-it beats the default there by more than MARGIN (a noise "win" keeps the default).
+its median beats the default's there by more than MARGIN and it is faster in every round (a
+paired test: a noise "win" keeps the default).
 """
 
 from __future__ import annotations
@@ -93,6 +94,16 @@ def _plan_signature(source: str, name: str, knobs: Mapping, sizes: Mapping[str, 
 def _direct_conv(kernel, sizes: Mapping[str, int]) -> bool:
     """Whether the default plan runs a direct convolution (the direct_conv knob is a choice)."""
     return "direct convolution" in kernel.inspect("plan", sizes=sizes)
+
+
+def _wins_every_round(result: Mapping, j: int) -> bool:
+    """Whether candidate `j` of a confirm task beat the default (candidate 0) in every round of
+    the interleaved timing, not only in the median: a paired test that a burst of load on a
+    shared machine (which slows whatever runs during it) cannot pass by chance as easily."""
+    rounds = result.get("rounds")
+    if not rounds:
+        return True
+    return all(t < d for t, d in zip(rounds[j], rounds[0]))
 
 
 def _gemm_blocks(kernel, sizes: Mapping[str, int], dtypes: list[str]) -> tuple[int, int, int] | None:
@@ -277,7 +288,7 @@ def tune(
                 times = result["times"]
                 default_s = best_s = times[0]
                 j = min(range(len(times)), key=times.__getitem__)
-                if j and times[j] < times[0] * (1 - MARGIN):
+                if j and times[j] < times[0] * (1 - MARGIN) and _wins_every_round(result, j):
                     best_knobs, best_s = finalists[j - 1], times[j]
                     best_id = ids.get(canonical(best_knobs), default_id)
         db.set_best(key, best_id, best_knobs, best_s, default_s)

@@ -189,7 +189,7 @@ def _child(folder: Path) -> None:
             for _ in range(task.get("rounds", 5)):
                 for i, k in enumerate(kernels):
                     rounds[i].append(_time(lambda k=k: k(*inputs, **sizes), None))
-            result = {"status": "ok", "times": [sorted(r)[len(r) // 2] for r in rounds]}
+            result = {"status": "ok", "times": [sorted(r)[len(r) // 2] for r in rounds], "rounds": rounds}
         else:
             k = kernels[0]
             result = {"status": "ok", "seconds": _time(lambda: k(*inputs, **sizes), task.get("best_s"))}

@@ -396,3 +396,12 @@ def test_exported_object_with_a_gemm_variant_matches_numpy(tmp_path):
     rc, (c,), _ = run_c(tmp_path, result, [a, b], [(np.float32, (m, n))], (m, k, n))
     assert rc == 0
     np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_finalist_must_win_every_interleaved_round():
+    from codegen.tune.api import _wins_every_round
+
+    steady = {"times": [1.0, 0.9], "rounds": [[1.0, 1.0, 1.1], [0.9, 0.9, 1.0]]}
+    burst = {"times": [1.0, 0.8], "rounds": [[1.0, 0.7, 1.1], [0.8, 0.8, 0.7]]}  # lost round 2
+    assert _wins_every_round(steady, 1) and not _wins_every_round(burst, 1)
+    assert _wins_every_round({"times": [1.0, 0.9]}, 1)  # no rounds reported: the median decides
