@@ -209,7 +209,11 @@ def schedule_regions(
     a mark node names each region so that it shows in the loops."""
     tree = None
     for n, region in enumerate(regions):
-        part = schedule_region(scop, region, len(region) > 1, memo)
+        # the pieces of a statement split on an affine select (polyhedral/split.py) are fused like
+        # several statements: isl would otherwise run each piece's SCC as its own loop nest
+        bodies = sum(s.kind is StatementKind.BODY for s in scop.statements if s.position in region)
+        fuse = len(region) > 1 or bodies > 1
+        part = schedule_region(scop, region, fuse, memo)
         if part is None:
             return None
         root = part.get_root()

@@ -135,6 +135,9 @@ def test_the_interior_loop_has_no_guard():
     (line,) = [x for x in loops.splitlines() if x.rstrip().endswith("// S1_1")]
     assert "?" not in line and " : " not in line
     assert any(x.rstrip().endswith("// S1_2") for x in loops.splitlines())
+    # the pieces share one loop nest (scheduler/fusion.py fuses them like statements of a region)
+    region = loops.split("// region 1")[1].split("// region 2")[0]
+    assert sum(1 for x in region.splitlines() if x.startswith("for ")) == 1
     unsplit = tl.compile(JACOBI_2D, options=REFERENCE).inspect("loops", sizes=dict(N=100, M=100, T=10))
     assert "?" in unsplit and "S1_" not in unsplit
 
@@ -183,6 +186,8 @@ def nested(float(N, M) A) -> (O) {
 @pytest.mark.parametrize("shape", [(1, 1), (2, 5), (5, 2), (7, 7), (11, 3)])
 def test_nested_selects_give_one_piece_per_branch(shape):
     assert _names(NESTED) == ["S0_1", "S0_2", "S0_3", "S0_4"]
+    loops = tl.compile(NESTED, options=tl.Options(threads=1)).inspect("loops", sizes=dict(N=9, M=9))
+    assert sum(1 for x in loops.splitlines() if x.startswith("for ")) == 1  # one pass over O
     a = np.random.default_rng(3).standard_normal(shape).astype(F32)
     i, j = np.indices(shape)
     shifted = np.zeros_like(a)
