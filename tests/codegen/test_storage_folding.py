@@ -164,24 +164,35 @@ def _tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_folded_kernels_match_unfolded_untransformed_and_numpy(name):
-    _, ref, shapes, steps, make = CASES[name]
+def _compare_with_unfolded(name, cases):
+    _, ref, _, _, make = CASES[name]
     rng = np.random.default_rng(5)
     folded = kernel(name, tl.Options(threads=1))
     unfolded = kernel(name, tl.Options(threads=1, fold_storage=False))
     reference = kernel(name, tl.Options(optimize=False))
-    for shape in shapes:
-        for t in steps:
-            args = make(shape, t, rng)
-            want = _tuple(ref(*args))
-            got, plain, base = _tuple(folded(*args)), _tuple(unfolded(*args)), _tuple(reference(*args))
-            for w, g, p, b in zip(want, got, plain, base):
-                msg = f"{name} {shape} T={t}"
-                np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=msg)
-                # the same expressions on the same values: bit for bit the unfolded results
-                np.testing.assert_array_equal(g, p, err_msg=msg)
-                np.testing.assert_array_equal(g, b, err_msg=msg)
+    for shape, t in cases:
+        args = make(shape, t, rng)
+        want = _tuple(ref(*args))
+        got, plain, base = _tuple(folded(*args)), _tuple(unfolded(*args)), _tuple(reference(*args))
+        for w, g, p, b in zip(want, got, plain, base):
+            msg = f"{name} {shape} T={t}"
+            np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=msg)
+            # the same expressions on the same values: bit for bit the unfolded results
+            np.testing.assert_array_equal(g, p, err_msg=msg)
+            np.testing.assert_array_equal(g, b, err_msg=msg)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_folded_kernels_match_unfolded_untransformed_and_numpy(name):
+    _, _, shapes, steps, _ = CASES[name]
+    _compare_with_unfolded(name, [(shapes[0], steps[0]), (shapes[-1], steps[-1]), (shapes[-2], steps[1])])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_folded_kernels_match_at_every_size_and_step_count(name):
+    _, _, shapes, steps, _ = CASES[name]
+    _compare_with_unfolded(name, [(shape, t) for shape in shapes for t in steps])
 
 
 @pytest.mark.parametrize("name", ["jacobi2d", "heat3d", "seidel2d", "fdtd2d", "twostep", "late"])
