@@ -64,28 +64,34 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
 
 
 def auto_sizes(band: TimeBand) -> tuple[int, ...]:
-    """Tile sizes from a cache footprint model, for all members but the innermost (left
-    untiled: a long stride-1 loop that vectorises with few partial vectors), or for both
-    members of a 1-d stencil. The array sizes are not known when the schedule is built, so the
-    model assumes rows of `_ROW` elements: a tile of `steps` time steps over `rows` rows per space
-    member touches about (rows + steps)^(n-2) rows of each of two planes (the temporary folded
-    modulo 2), which should fit half the L2 cache."""
+    """Tile sizes from a cache footprint model: `_STEPS` time steps, and per space member as many
+    rows (a power of two) as keep the rows a tile touches, (rows + steps) per member, of two
+    planes (the temporary folded modulo 2) within half the L2 cache. The array sizes are not
+    known when the schedule is built, so the sizes do not depend on them:
+    - 1-d stencils: one block of the row, reused over the tile's steps;
+    - 2-d: the stride-1 member in strips of `_STRIP` elements (long vectorised loops, and a
+      footprint that stays bounded on wide grids: untiled, a 4000-wide jacobi ran 1.2x slower);
+    - 3-d and more: the stride-1 member untiled (strips of a short row make mostly partial
+      tiles), its rows assumed `_ROW_3D` elements long."""
     n = band.members
     steps = _STEPS
     budget = cache_size(2) // 2 // band.element // 2  # elements per plane
-    if n == 2:  # one space member: a block of the row, reused over `steps` time steps
+    if n == 2:
         return (steps, max(64, min(4096, budget // 2)))
-    rows = steps
-    while ((rows * 2 + steps) ** (n - 2)) * _ROW <= budget and rows < 64:
+    row, tail = ((_STRIP + steps), (_STRIP,)) if n == 3 else (_ROW_3D, ())
+    rows = 4
+    while ((rows * 2 + steps) ** (n - 2)) * row <= budget and rows < 128:
         rows *= 2
-    return (steps, *([rows] * (n - 2)))
+    return (steps, *([rows] * (n - 2)), *tail)
 
 
-# time steps per tile: more steps reuse each row more often, but make more partial tiles at the
-# edges of the skewed domain (jacobi-2d 1000^2, 1 thread: 8 to 32 steps within noise)
-_STEPS = 8
-# the row length (elements of the untiled innermost member) the footprint model assumes
-_ROW = 1024
+# time steps per tile: each row is read from memory once per tile instead of once per step, but
+# more steps make more partial tiles at the edges of the skewed domain
+_STEPS = 16
+# strip width of a 2-d stencil's stride-1 member
+_STRIP = 1024
+# the row length (elements of the untiled innermost member) assumed for 3-d stencils
+_ROW_3D = 64
 
 
 def tile_time_band(
@@ -98,7 +104,7 @@ def tile_time_band(
     how many levels below the original position it is."""
     ctx = node.get_ctx()
     n = node.band_n_member()
-    if n >= 3 and len(sizes) == n - 1:
+    if n >= 3 and len(sizes) == n - 1:  # the innermost member untiled
         node = node.band_split(n - 1)
         n -= 1
     sizes = tuple(sizes[m] if m < len(sizes) else sizes[-1] for m in range(n))

@@ -108,13 +108,20 @@ def test_time_tile_option_is_validated():
     assert ScheduleOptions(time_tile=8).time_tile == (8,)
 
 
-def test_auto_sizes_leave_the_innermost_member_untiled():
-    """A 1-d stencil tiles both members; otherwise the stride-1 member stays a whole loop."""
-    for members in (2, 3, 4):
+def test_auto_sizes_fit_half_the_l2_cache():
+    """1-d and 2-d stencils tile every member (2-d: the stride-1 one in wide strips); 3-d and
+    more leave the stride-1 member untiled."""
+    for members in (2, 3, 4, 5):
         for element in (4, 8):
             sizes = auto_sizes(TimeBand(members, element))
-            assert len(sizes) == (2 if members == 2 else members - 1)
+            assert len(sizes) == (members if members <= 3 else members - 1)
             assert all(s >= 1 for s in sizes)
+    assert auto_sizes(TimeBand(3, 4))[-1] >= 512  # long vectorised strips
+
+
+def test_one_size_fewer_leaves_the_innermost_member_untiled():
+    (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(4, 8)))
+    assert "mod 4" in band.child and "mod 8" in band.child and "(t + j)" not in band.child
 
 
 def test_plain_bands_are_not_time_tiled():
