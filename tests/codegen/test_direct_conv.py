@@ -264,3 +264,14 @@ def test_ranges_not_starting_at_zero_add_to_the_output(threads):
     k = tl.compile(OFFSET_ACCUMULATE, options=tl.Options(threads=threads))
     assert "direct convolution" in _plan(k, args)
     _close(k(*args), tl.compile(OFFSET_ACCUMULATE, options=tl.Options(optimize=False))(*args))
+
+
+def test_zeroing_is_folded_into_the_kernel():
+    """`+=!` on its own: the kernel stores its sums, no pass zeroes O first (any old values in
+    O's buffer must not leak into the result)."""
+    args = _args(np.random.default_rng(12), [(2, 4, 7, 22), (12, 4, 3, 3)])
+    k = tl.compile(NCHW, options=tl.Options(threads=2))
+    plan = _plan(k, args)
+    assert "direct convolution" in plan and "no zeroing pass" in plan
+    for _ in range(3):  # reused output buffers
+        _close(k(*args), conv_np(*args))

@@ -246,7 +246,8 @@ def test_contractions_take_the_gemm_path(matmul):
 def test_conv2d_gemm_plan_uses_largest_dims():
     conv = tl.compile(
         "def conv(float(N, C, H, W) I, float(F, C, KH, KW) W1) -> (O) {"
-        " O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }"
+        " O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }",
+        options=tl.Options(direct_conv=False),  # the GEMM path (else a direct convolution)
     )
     text = conv.inspect("loops", sizes={"N": 1, "C": 32, "H": 20, "W": 30, "F": 16, "KH": 3, "KW": 3})
     assert "W + 1, f in 0:F, c in 0:C)" in text and "gemm(w in 0:" in text
@@ -258,7 +259,7 @@ def test_strided_gemm_operand_is_relaid_out_and_correct():
         "def conv(float(N, C, H, W) I, float(F, C, KH, KW) W1) -> (O) {"
         " O(n, f, h, w) +=! I(n, c, h + kh, w + kw) * W1(f, c, kh, kw) }"
     )
-    conv = tl.compile(src)
+    conv = tl.compile(src, options=tl.Options(direct_conv=False))  # the GEMM path
     x, w = f32(2, 32, 12, 30), f32(16, 32, 3, 2)
     got = conv(x, w)
     assert conv._cache and next(iter(conv._cache.values())).layouts == {"W1": (2, 3, 1, 0)}
