@@ -6,17 +6,22 @@ two for jacobi, three for a two-step recurrence. Storing dimension `d` of B modu
 e in slot `e_d mod m`) is legal iff, for every read r of an element e and every write w of e
 before r, no write w' of another element e' of the same slot (e'_d ≡ e_d mod m, the other
 coordinates equal) can run between w and r: w' must run before w or after r. w' may be r
-itself, because a statement instance evaluates all its reads before it stores.
+itself, because a statement instance evaluates all its reads before it stores. The check asks
+for this in the direction the recurrence runs, which is sufficient: a write of an element
+*earlier* along d must run before every write of e, and a write of a *later* one after every
+read of e (a program that fills planes backwards is not folded).
 
 The check is exact (isl, at the call's sizes) and reads the schedule that the kernel's AST is
 built from, whatever it is (time-tiled or not). Loops that carry no dependence may run their
 iterations on several threads at once, so "before" is the order of the schedule in which two
 instances first differ at a dimension that carries a dependence; instances that first differ at
 a dimension that carries none are unordered, and a conflicting write unordered with w or r
-makes the modulus illegal. For each candidate dimension the moduli 1, 2, ... up to two past
-the largest dependence distance along it are tried, the smallest legal one wins, and a temporary
-with none (or one that is accumulated, scattered, read by a GEMM call or contracted) keeps its
-full storage. Outputs and inputs are never folded.
+makes the modulus illegal. For each dimension along which the temporary's own statements read
+it at non-negative distances (one at least), the moduli 1, 2, ... up to two past the largest
+distance are tried and the smallest legal one wins; a temporary with none (or one that is
+accumulated, scattered, touched by a GEMM or convolution call, or contracted) keeps its full
+storage. Outputs and inputs are never folded. When the schedule forbids a folding that the
+source order allows, fold_storage schedules again with the dependences the folding adds.
 """
 
 from __future__ import annotations
