@@ -151,6 +151,8 @@ def _match(
     dims_x = [form for form in inp.forms if form.coeff(x)]
     if len(dims_x) != 1:
         return None
+    if any(dims_x[0].coeff(t) and extent[t] > extent[x] for t in taps_all):
+        return None  # a window wider than the output (a weight gradient): the GEMM path
     partners = [t for t in taps_all if dims_x[0].coeff(t) and extent[t] <= MAX_UNROLLED_TAP]
     u = partners[-1] if partners else None
     taps = tuple(t for t in taps_all if t != u)

@@ -275,3 +275,19 @@ def test_zeroing_is_folded_into_the_kernel():
     assert "direct convolution" in plan and "no zeroing pass" in plan
     for _ in range(3):  # reused output buffers
         _close(k(*args), conv_np(*args))
+
+
+WEIGHT_GRADIENT = (
+    "def wg(float(N,C,H,W) I, float(N,F,OH,OW) dO) -> (dW) "
+    "{ dW(f,c,kh,kw) +=! dO(n,f,h,w) * I(n,c,h+kh,w+kw) where kh in 0:H-OH+1, kw in 0:W-OW+1 }"
+)
+
+
+def test_weight_gradient_stays_a_gemm():
+    """Convolution-shaped too (dO plays the filter), but its window (h, w) is wider than its
+    output (kh, kw): the GEMM path suits it, not a kernel that packs dO."""
+    args = _args(np.random.default_rng(13), [(1, 16, 20, 30), (1, 16, 18, 28)])
+    k = tl.compile(WEIGHT_GRADIENT)
+    plan = _plan(k, args)
+    assert "direct convolution" not in plan and "GEMM" in plan
+    _close(k(*args), tl.compile(WEIGHT_GRADIENT, options=tl.Options(optimize=False))(*args))
