@@ -36,6 +36,8 @@ from .sizes import compile_size_expr
 
 #: The widest unrolled window tap (a 1×17 filter loops over all its taps instead).
 MAX_UNROLLED_TAP = 16
+#: The largest packed filter (every thread packs its own copy into its workspace).
+MAX_PACKED_BYTES = 64 << 20
 #: Vector registers are 512 bits: 16 float32 or 8 float64 output channels per vector.
 VECTOR_BYTES = 64
 
@@ -196,6 +198,8 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) 
     found = _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
     if found is None or scop.program.tensor(found.wt.tensor).role != "input":
         return None  # the filter is packed before the phase's loops: it must not change in a call
+    if found.packed_bytes > MAX_PACKED_BYTES:
+        return None  # one copy per thread: the GEMM path copies less
     return found if guard is None else _guarded(found, guard, sizes, set(st.all_indices))
 
 
