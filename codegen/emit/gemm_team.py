@@ -17,7 +17,11 @@ TEAM_PANEL = 256  # the packed KC×NC panel of B all threads compute from
 TEAM_ARRIVED = TEAM_TICKET  # i64: threads that reached the current barrier
 TEAM_GENERATION = TEAM_DONE  # i64: barriers completed (a waiting thread watches it change)
 TEAM_ABORT = 192  # i32: a thread left early (an error, the cancel word): the others stop waiting
-TEAM_HEADER = TEAM_PANEL  # bytes of the header the runtime clears for each call
+# a loop team's units of work (chunks of a parallel loop, or work one thread runs) are numbered
+# in the order every thread meets them; threads take them from one counter and count them done
+TEAM_CHUNK_TICKET = 256  # i64: the next chunk nobody has taken yet
+TEAM_CHUNK_DONE = 320  # i64: chunks finished
+TEAM_HEADER = 384  # bytes of the header the runtime clears for each call
 
 # A whole-call team (the kernel's last phase number runs every phase, a barrier between them)
 # finds after the header one record of i64 per phase: WHOLE_MODE, WHOLE_SPAN, then [lo, hi) of

@@ -1,4 +1,4 @@
-"""lowering: a team's shared block → `tl_team_barrier`, the sense-reversing barrier a loop team's threads meet at.
+"""lowering: a team's shared block → its waits: `tl_team_barrier` (whole-call teams, between phases), and chunk claims and waits (loop teams).
 
 `i32 tl_team_barrier(i8* team, i32* cancel)`: with a null `team` (the phase runs on one thread)
 it returns 0 at once. Otherwise the calling thread notes the barrier generation, counts itself
@@ -8,7 +8,9 @@ barrier is visible after it). Waiting threads spin with `pause` a little, then y
 then sleep between looks: the machine may be shared and over-subscribed, so no thread waits
 without giving its core away for long. A waiting thread returns ERROR_CANCELLED instead when the
 call's cancel word or the team's TEAM_ABORT word is set (another thread left with an error, or
-was cancelled): no thread is left waiting for one that will never come.
+was cancelled): no thread is left waiting for one that will never come. Loop teams
+(team.py) wait differently, for chunks of work counted done (`tl_team_claim`, `tl_team_wait`),
+with the same back-off and the same way out.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from ..emit.gemm_pack import declare_intrinsic
-from ..emit.gemm_team import TEAM_ABORT, TEAM_ARRIVED, TEAM_GENERATION, TEAM_SIZE
+from ..emit.gemm_team import (
+    TEAM_ABORT,
+    TEAM_ARRIVED,
+    TEAM_CHUNK_DONE,
+    TEAM_CHUNK_TICKET,
+    TEAM_GENERATION,
+    TEAM_SIZE,
+)
 from ..emit.values import I8, I32, I64
 from .status import ERROR_CANCELLED
 
@@ -68,8 +77,11 @@ def define_barrier(module: ir.Module) -> ir.Function:
     before = b.atomic_rmw("add", arrived, _c64(1), "acq_rel")
     with b.if_then(b.icmp_signed(">=", b.add(before, _c64(1)), size)):
         # the last to arrive: the count is reset before the release that lets the others go, and
-        # they touch it again only after seeing that release
+        # they touch it again only after seeing that release; so are the chunk counters (a loop
+        # team's phase numbers its chunks from 0), which nobody uses while all wait here
         b.store_atomic(_c64(0), arrived, "monotonic", 8)
+        b.store_atomic(_c64(0), _word(b, team, TEAM_CHUNK_TICKET, I64), "monotonic", 8)
+        b.store_atomic(_c64(0), _word(b, team, TEAM_CHUNK_DONE, I64), "monotonic", 8)
         b.atomic_rmw("add", generation, _c64(1), "acq_rel")
         b.ret(ok)
     b.store(_c64(0), spins)
@@ -89,6 +101,13 @@ def define_barrier(module: ir.Module) -> ir.Function:
     )
     with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
         b.ret(ir.Constant(I32, ERROR_CANCELLED))
+    _back_off(module, b, spins)
+    b.branch(head)
+    return fn
+
+
+def _back_off(module: ir.Module, b: ir.IRBuilder, spins: ir.Value) -> None:
+    """One step of a wait: `pause`, later sched_yield(), later a short sleep (`spins`: i64*)."""
     count = b.load(spins)
     b.store(b.add(count, _c64(1)), spins)
     with b.if_else(b.icmp_signed("<", count, _c64(SPIN_LIMIT))) as (busy, later):
@@ -101,5 +120,76 @@ def define_barrier(module: ir.Module) -> ir.Function:
                     b.call(declare_intrinsic(module, "sched_yield", I32, []), [])
                 with idle:
                     b.call(declare_intrinsic(module, "usleep", I32, [I32]), [ir.Constant(I32, SLEEP_US)])
+
+
+CLAIM = "tl_team_claim"
+WAIT = "tl_team_wait"
+
+
+def define_claim(module: ir.Module) -> ir.Function:
+    """`i64 tl_team_claim(i64* ticket, i64 end)`: take the next chunk below `end` from the
+    counter (a compare-and-swap, so that the counter never passes `end`: chunks of the next unit
+    are not taken before every thread has finished this one); -1 when none is left."""
+    if CLAIM in module.globals:
+        return module.globals[CLAIM]
+    fn = ir.Function(module, ir.FunctionType(I64, [I64.as_pointer(), I64]), name=CLAIM)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    ticket, end = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    entry = b.block
+    first = b.load_atomic(ticket, "monotonic", 8)
+    head = fn.append_basic_block("claim.head")
+    swap = fn.append_basic_block("claim.swap")
+    none = fn.append_basic_block("claim.none")
+    taken = fn.append_basic_block("claim.taken")
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.phi(I64)
+    seen.add_incoming(first, entry)
+    b.cbranch(b.icmp_signed("<", seen, end), swap, none)
+    b.position_at_end(swap)
+    result = b.cmpxchg(ticket, seen, b.add(seen, _c64(1)), "acq_rel", "monotonic")
+    now = b.extract_value(result, 0)
+    seen.add_incoming(now, swap)
+    b.cbranch(b.extract_value(result, 1), taken, head)
+    b.position_at_end(taken)
+    b.ret(seen)
+    b.position_at_end(none)
+    b.ret(_c64(-1))
+    return fn
+
+
+def define_wait(module: ir.Module) -> ir.Function:
+    """`i32 tl_team_wait(i64* done, i64 target, i32* cancel, i32* abort)`: wait until `done`
+    reaches `target` (an acquire: the chunks' writes are visible after it); ERROR_CANCELLED when
+    the cancel or abort word is set meanwhile. Waiting only for chunks that threads have taken,
+    a thread that starts late or loses its core delays the others by its chunk at most, and
+    catches up without waiting: the units the others finished need nothing from it."""
+    if WAIT in module.globals:
+        return module.globals[WAIT]
+    i32p = I32.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(I32, [I64.as_pointer(), I64, i32p, i32p]), name=WAIT)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("nounwind")
+    done, target, cancel, abort = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    spins = b.alloca(I64)
+    b.store(_c64(0), spins)
+    head = b.append_basic_block("wait.head")
+    wait = b.append_basic_block("wait.spin")
+    ready = b.append_basic_block("wait.ready")
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.load_atomic(done, "acquire", 8)
+    b.cbranch(b.icmp_signed(">=", seen, target), ready, wait).set_weights([1 << 10, 1])
+    b.position_at_end(ready)
+    b.ret(ir.Constant(I32, 0))
+    b.position_at_end(wait)
+    stopped = b.or_(b.load_atomic(cancel, "monotonic", 4), b.load_atomic(abort, "acquire", 4))
+    with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
+        b.ret(ir.Constant(I32, ERROR_CANCELLED))
+    _back_off(module, b, spins)
     b.branch(head)
     return fn

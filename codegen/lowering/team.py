@@ -1,27 +1,37 @@
 """lowering: a LOOP_TEAM phase → its tl_phase<n> wrapper and tl_team<n>, the loop nest every thread of a team runs.
 
 The runtime calls the phase on every thread of the team with lo = the address of the team's
-shared block (emit/gemm_team.py) and hi = the thread's index, or once with lo = INT64_MIN to run
-it on one thread (no barriers then). Which nodes are split, run by every thread or by thread 0
-alone is decided in planning/teams.py; here each split loop takes the thread's static share of
-its iterations (contiguous, by index, as the runtime splits an outer loop) and each unit of work
-ends at the team's barrier (barrier.py). tl_team<n> may leave early (a failed run-time check, a
-cancel): the wrapper then sets the team's abort word, so that no other thread waits for it.
+shared block (emit/gemm_team.py), or once with lo = INT64_MIN to run it on one thread. Which
+nodes are split, run by every thread or by one are decided in planning/teams.py. Here each unit
+of work (a split loop, cut into up to CHUNKS_PER_THREAD chunks of contiguous iterations per
+thread, or work one thread runs, one chunk) is numbered on from the units before it, the same on
+every thread: threads take its chunks from the block's ticket counter, count them done, and wait
+until the unit's last chunk is done before the next unit (barrier.py: tl_team_claim,
+tl_team_wait). A thread waits only for chunks another thread holds, so one that starts late or
+loses its core to another process delays the step by its chunk at most, and then catches up
+through the units already done without waiting. tl_team<n> may leave early (a failed run-time
+check, a cancel): the wrapper then sets the team's abort word, so that no other thread waits
+for it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import islpy as isl
 import llvmlite.ir as ll
 
 from ..emit import values as V
-from ..emit.gemm_team import TEAM_SIZE
+from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_DONE, TEAM_CHUNK_TICKET, TEAM_SIZE
 from ..planning.astgen import unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
-from .barrier import define_barrier, mark_aborted
+from .barrier import define_claim, define_wait, mark_aborted
 from .state import LoweringState
 
 INT64_MIN = -(2**63)
+# chunks each parallel loop is cut into, per thread: a thread that starts late or loses its core
+# leaves its chunks to the others instead of holding up the step (each chunk: one atomic)
+CHUNKS_PER_THREAD = 4
 
 
 class TeamLowering(LoweringState):
@@ -49,12 +59,23 @@ class TeamLowering(LoweringState):
         self.pointers = dict(zip(self.layout.tensors, fn.args))
         alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
         self.team_block = self._team_block(b, self.lo)
-        one = b.alloca(V.I64)
-        b.store(ll.Constant(V.I64, 1), one)
-        size_ptr = b.bitcast(b.gep(self.team_block, [ll.Constant(V.I64, TEAM_SIZE)]), V.I64.as_pointer())
-        self.team_size = b.load(b.select(alone, one, size_ptr))
-        self.team_index = b.select(alone, ll.Constant(V.I64, 0), self.hi)
-        self.barrier = define_barrier(self.module)
+        # alone, the counters are this thread's own
+        mine = b.alloca(V.I64, 4)
+        for n, v in enumerate((1, 0, 0, 0)):
+            b.store(ll.Constant(V.I64, v), b.gep(mine, [ll.Constant(V.I64, n)]))
+        no_abort = b.alloca(V.I32)
+        b.store(ll.Constant(V.I32, 0), no_abort)
+
+        def word(offset: int, own: ll.Value, ty: ll.Type = V.I64) -> ll.Value:
+            shared = b.bitcast(b.gep(self.team_block, [ll.Constant(V.I64, offset)]), ty.as_pointer())
+            return b.select(alone, own, shared)
+
+        self.team_size = b.load(word(TEAM_SIZE, mine))
+        self.team_ticket = word(TEAM_CHUNK_TICKET, b.gep(mine, [ll.Constant(V.I64, 1)]))
+        self.team_done = word(TEAM_CHUNK_DONE, b.gep(mine, [ll.Constant(V.I64, 2)]))
+        self.team_abort = word(TEAM_ABORT, no_abort, V.I32)
+        self.team_base = b.gep(mine, [ll.Constant(V.I64, 3)])  # this thread's next chunk number
+        self.claim, self.wait = define_claim(self.module), define_wait(self.module)
         self.decision = None  # the loops below are not the runtime's split loop
         self.emit_team(node, {})
         self.b.ret(ll.Constant(V.I32, 0))
@@ -121,7 +142,7 @@ class TeamLowering(LoweringState):
             self.loop_depth -= 1
 
     def _emit_split(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
-        """A parallel loop: this thread's contiguous share of its iterations, then the barrier."""
+        """A parallel loop: chunks of contiguous iterations, taken in turn."""
         b = self.b
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
@@ -133,41 +154,63 @@ class TeamLowering(LoweringState):
         zero = ll.Constant(V.I64, 0)
         rounded = b.sdiv(b.add(span, b.sub(step, ll.Constant(V.I64, 1))), step)
         count = b.select(b.icmp_signed(">", span, zero), rounded, zero)
+        most = b.mul(self.team_size, ll.Constant(V.I64, CHUNKS_PER_THREAD))
+        parts = b.select(b.icmp_signed("<", count, most), count, most)
 
-        def start(index: ll.Value) -> ll.Value:
-            return b.add(init, b.mul(b.sdiv(b.mul(count, index), self.team_size), step))
+        def chunk(k: ll.Value) -> None:
+            def start(index: ll.Value) -> ll.Value:
+                return b.add(init, b.mul(b.sdiv(b.mul(count, index), parts), step))
 
-        saved = self.lo, self.hi
-        self.lo = start(self.team_index)
-        self.hi = start(b.add(self.team_index, ll.Constant(V.I64, 1)))
-        self.loop_depth += 1
-        try:
-            _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=True)
-            inner = {**env, name: iv}
-            inc = self.ast_expr(node.for_get_inc(), inner)
-            self.emit_node(node.for_get_body(), inner)
-            iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
-            b.branch(iv.parent)
-            b.position_at_end(exit_)
-        finally:
-            self.loop_depth -= 1
-            self.lo, self.hi = saved
-        self._emit_barrier()
+            saved = self.lo, self.hi
+            self.lo, self.hi = start(k), start(b.add(k, ll.Constant(V.I64, 1)))
+            self.loop_depth += 1
+            try:
+                _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=True)
+                inner = {**env, name: iv}
+                inc = self.ast_expr(node.for_get_inc(), inner)
+                self.emit_node(node.for_get_body(), inner)
+                iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+                b.branch(iv.parent)
+                b.position_at_end(exit_)
+            finally:
+                self.loop_depth -= 1
+                self.lo, self.hi = saved
+
+        self._emit_unit(parts, chunk)
 
     def _emit_solo(self, nodes: list[isl.AstNode], env: dict[str, ll.Value]) -> None:
-        """Work with no split loop: thread 0 runs it, then the barrier."""
-        b = self.b
-        self.loop_depth += 1  # no cancel polls of an outermost loop: the team loop polls
-        try:
-            with b.if_then(b.icmp_signed("==", self.team_index, ll.Constant(V.I64, 0))):
+        """Work with no split loop: one chunk, which one thread takes."""
+
+        def run(_: ll.Value) -> None:
+            self.loop_depth += 1  # no cancel polls of an outermost loop: the team loop polls
+            try:
                 for node in nodes:
                     self.emit_node(node, env)
-        finally:
-            self.loop_depth -= 1
-        self._emit_barrier()
+            finally:
+                self.loop_depth -= 1
 
-    def _emit_barrier(self) -> None:
+        self._emit_unit(ll.Constant(V.I64, 1), run)
+
+    def _emit_unit(self, parts: ll.Value, chunk: Callable[[ll.Value], None]) -> None:
+        """A unit of `parts` chunks, numbered on from the chunks of the units before it: take
+        chunks until none is left, run each (`chunk(k)` emits chunk k), count it done, then wait
+        until every chunk of the unit is done (what the next unit reads is written)."""
         b = self.b
-        code = b.call(self.barrier, [self.team_block, self.cancel])
+        base = b.load(self.team_base)
+        end = b.add(base, parts)
+        head = b.append_basic_block("unit.claim")
+        work = b.append_basic_block("unit.chunk")
+        out = b.append_basic_block("unit.wait")
+        b.branch(head)
+        b.position_at_end(head)
+        taken = b.call(self.claim, [self.team_ticket, end])
+        b.cbranch(b.icmp_signed(">=", taken, ll.Constant(V.I64, 0)), work, out)
+        b.position_at_end(work)
+        chunk(b.sub(taken, base))
+        b.atomic_rmw("add", self.team_done, ll.Constant(V.I64, 1), "release")
+        b.branch(head)
+        b.position_at_end(out)
+        code = b.call(self.wait, [self.team_done, end, self.cancel, self.team_abort])
         with b.if_then(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), likely=False):
             b.ret(code)
+        b.store(end, self.team_base)

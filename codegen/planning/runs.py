@@ -13,10 +13,9 @@ class PhasePlan:
     whether a team of threads shares the phase (`team`: each thread's call gets lo = the address
     of a shared block laid out as in `emit.gemm_team`, its header zeroed and the team size at
     TEAM_SIZE; lo = INT64_MIN runs the phase on one thread). A GEMM team (one GEMM call,
-    `barriers` 0) takes tasks from the block's counters; a loop team (`barriers` > 0, the trip
-    count of the phase's sequential outer loop) runs that loop on every thread, splitting the
-    parallel loops inside by thread index (hi = the thread's index), with a barrier after each:
-    all its threads must run at once."""
+    `barriers` 0) takes tasks from the block's counters; a loop team (`barriers` > 0, an
+    estimate of its units of work) runs that loop on every thread, the parallel loops inside in
+    chunks taken from the block's counters, all threads done with one unit before the next."""
 
     index: int
     loop_range: tuple[int, int, int] | None

@@ -15,12 +15,15 @@ the calling thread, so a long serial call from the main thread runs on a pool th
 the main thread waits in short, interruptible steps.
 
 Loop teams (PhasePlan.loop_team): a phase whose outer loop is sequential with parallel loops
-inside runs as one call per thread, all at once, meeting at barriers in the generated code (one
-dispatch per call, not per outer iteration). Its threads come from a pool of their own that one
-team call uses at a time, so that they all run at once (a barrier with a member still queued
-behind another call's work would wait for it); a team call that finds that pool busy (another
-Python thread's team) runs its phase on one thread. A thread that leaves early (an error, the
-cancel word) raises the team's abort word, and the others leave their barriers too.
+inside runs as one call per thread, the threads taking chunks of each step's parallel loops from
+shared counters and waiting in the generated code until the step's chunks are done (one dispatch
+per call, not per outer iteration). Whole-call teams (runtime/teams.py) run every phase of a call
+in one dispatch, with a barrier between phases, which needs all their threads at once. Team
+threads come from a pool of their own that one team call uses at a time (a barrier with a member
+still queued behind another call's work would wait for it); a team call that finds that pool
+busy (another Python thread's team) runs phase by phase, its loop-team phases on one thread. A
+thread that leaves early (an error, the cancel word) raises the team's abort word, and the others
+stop waiting too.
 
 Fork: the pool's threads do not survive fork(); a forked child starts with no pool and fresh locks
 (`os.register_at_fork`), so kernels work in children of the `fork`, `spawn` and `forkserver`
