@@ -229,11 +229,15 @@ class _Block:
                 x = b.extract_element(acc, ir.Constant(I32, r))
                 store(b, x, gep(b, o, c64(r * g.out_f + j * g.out_x)), g.itemsize)
 
-    def reduce(self, accs: list, i0, wp0, pairs: frozenset, outer: list) -> list:
-        """Every tap into the accumulators: i0 is the input at (x0, first taps), wp0 this f-block's
-        packed filter, `pairs` the (position, window tap) products inside the padding guards,
-        `outer` the outer variables' values (row guards skip the taps outside them)."""
+    def reduce(self, blocks: list[list], i0, wp0, per_block: int, pairs: frozenset, outer: list) -> list:
+        """Every tap into the accumulators of consecutive f-blocks (`blocks[k][j]`: block k,
+        position j): i0 is the input at (x0, first taps), wp0 the first block's packed filter (the
+        next ones `per_block` elements apart), `pairs` the (position, window tap) products inside
+        the padding guards, `outer` the outer variables' values (row guards skip the taps outside
+        them). Each input element is broadcast once for all the blocks."""
         b, g = self.b, self.g
+        nblocks, rx = len(blocks), len(blocks[0])
+        accs = [a for block in blocks for a in block]
         # input offsets of (position j, window tap u); equal ones share one broadcast
         readers: dict[int, list[tuple[int, int]]] = {}
         for j, u in sorted(pairs):
@@ -268,16 +272,25 @@ class _Block:
         def accumulate(ivs, wp, acc):
             i = b.gep(i0, [_offset(b, ivs, g.in_taps)])  # not inbounds: i0 may lie in the padding
             weights = [
-                load(b, b.bitcast(gep(b, wp, c64(u * g.lanes)), self.vty.as_pointer()), g.itemsize)
-                for u in range(g.window)
+                [
+                    load(
+                        b,
+                        b.bitcast(gep(b, wp, c64(k * per_block + u * g.lanes)), self.vty.as_pointer()),
+                        g.itemsize,
+                    )
+                    for u in range(g.window)
+                ]
+                for k in range(nblocks)
             ]
             for off in sorted(readers):
                 x = splat(b, load(b, b.gep(i, [c64(off)]), g.itemsize), self.vty)
-                for j, u in readers[off]:
-                    acc[j] = b.call(self.fma, [weights[u], x, acc[j]])
+                for k in range(nblocks):
+                    for j, u in readers[off]:
+                        acc[k * rx + j] = b.call(self.fma, [weights[k][u], x, acc[k * rx + j]])
             return acc
 
-        return _nest(b, g.taps, [wp0, *accs], step)[1:]
+        flat = _nest(b, g.taps, [wp0, *accs], step)[1:]
+        return [flat[k * rx : (k + 1) * rx] for k in range(nblocks)]
 
 
 def _pairs(g: ConvGeometry, x0: int, rx: int) -> frozenset:
@@ -305,12 +318,17 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
     lanes = g.lanes
     per_block = g.tap_count * g.window * lanes  # packed elements of one f-block
 
-    def block(fb, x0, fvalid: int, rx: int, pairs: frozenset) -> None:
-        o0 = gep(b, o, b.add(b.mul(fb, c64(lanes * g.out_f)), b.mul(x0, c64(g.out_x))))
-        accs = [ir.Constant(blk.vty, None)] * rx if overwrite else blk.load_output(o0, fvalid, rx)
+    def block(fbs: list, x0, rx: int, pairs: frozenset) -> None:
+        """Consecutive f-blocks `fbs` ((first block, valid lanes) each) × rx positions at x0."""
+        outs = [gep(b, o, b.add(b.mul(fb, c64(lanes * g.out_f)), b.mul(x0, c64(g.out_x)))) for fb, _ in fbs]
+        accs = [
+            [ir.Constant(blk.vty, None)] * rx if overwrite else blk.load_output(o0, fvalid, rx)
+            for o0, (_, fvalid) in zip(outs, fbs)
+        ]
         i0 = b.gep(i, [b.mul(x0, c64(g.in_x))])  # may lie in the padding: not inbounds
-        accs = blk.reduce(accs, i0, gep(b, wp, b.mul(fb, c64(per_block))), pairs, outer)
-        blk.store_output(accs, o0, fvalid, rx)
+        accs = blk.reduce(accs, i0, gep(b, wp, b.mul(fbs[0][0], c64(per_block))), per_block, pairs, outer)
+        for acc, o0, (_, fvalid) in zip(accs, outs, fbs):
+            blk.store_output(acc, o0, fvalid, rx)
 
     def positions(body) -> None:
         """body(x0, rx, pairs) for each block of `lanes` positions; a run of full blocks that the
@@ -344,16 +362,32 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
                 body(c64(x0), rx, pairs)
             n += run
 
+    # f-blocks per register block: one when a block holds `lanes` positions; with fewer positions
+    # (a 7-wide output) several, so that enough independent accumulators hide the FMA latency
+    # (accumulators and weight vectors within the 32 vector registers)
+    width = min(g.positions, lanes)
+    together = max(1, min(g.f_blocks, 31 // (width + g.window))) if g.positions < lanes else 1
+
     def channels(body) -> None:
-        """body(fb, fvalid) for each block of `lanes` output channels."""
+        """body(fbs) for each group of `together` consecutive blocks of `lanes` output channels
+        ((block, valid lanes) each); the leftover full blocks and the partial one go last."""
         full_f, rest_f = divmod(g.channels, lanes)
-        if full_f:
-            _counted(b, full_f, [], lambda fb, _: body(fb, lanes) or [], "fb")
+        groups, left = divmod(full_f, together)
+        if groups:
+
+            def group(n, _):
+                first = b.mul(n, c64(together))
+                return body([(b.add(first, c64(k)), lanes) for k in range(together)]) or []
+
+            _counted(b, groups, [], group, "fb")
+        last = [(c64(groups * together + k), lanes) for k in range(left)]
         if rest_f:
-            body(c64(full_f), rest_f)
+            last.append((c64(full_f), rest_f))
+        if last:
+            body(last)
 
     # channel blocks outside: one block's packed filter is reused by every position block (the
     # other order measured the same on the 64×64×3×3 case)
-    channels(lambda fb, fvalid: positions(lambda x0, rx, pairs: block(fb, x0, fvalid, rx, pairs)))
+    channels(lambda fbs: positions(lambda x0, rx, pairs: block(fbs, x0, rx, pairs)))
     b.ret_void()
     return fn
