@@ -387,6 +387,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a child process compiles and runs a kernel for seconds (~19 s here)
 def test_interrupting_a_team_phase_stops_every_thread(tmp_path):
     script = tmp_path / "team_child.py"
     script.write_text(CHILD)
