@@ -23,7 +23,7 @@ from tensorlang import ir
 from . import order
 from .machine import cache_size, cache_ways
 from .options import ScheduleOptions
-from .timetile import auto_sizes, tile_time_band, time_band
+from .timetile import auto_sizes, innermost_carries, tile_time_band, time_band
 
 
 @dataclass(frozen=True)
@@ -300,8 +300,9 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
             tile, explicit = order.band_tile(options.band_tiles, next(bands), options.tile)
             band = time_band(scop, node, member_vars(scop, node))
             if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
-                sizes = options.time_tile or (tile if explicit else auto_sizes(band))
-                node, depth = tile_time_band(node, sizes, wavefront=threads)
+                carried = innermost_carries(scop, node)
+                sizes = options.time_tile or (tile if explicit else auto_sizes(band, carried))
+                node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried)
                 for _ in range(depth):
                     node = node.parent()
                 return node

@@ -63,7 +63,7 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
     return TimeBand(n, element)
 
 
-def auto_sizes(band: TimeBand) -> tuple[int, ...]:
+def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
     """Tile sizes from a cache footprint model: `_STEPS` time steps, and per space member as many
     rows (a power of two) as keep the rows a tile touches, (rows + steps) per member, of two
     planes (the temporary folded modulo 2) within half the L2 cache. The array sizes are not
@@ -72,15 +72,21 @@ def auto_sizes(band: TimeBand) -> tuple[int, ...]:
     - 2-d: the stride-1 member in strips of `_STRIP` elements (long vectorised loops, and a
       footprint that stays bounded on wide grids: untiled, a 4000-wide jacobi ran 1.2x slower);
     - 3-d and more: the stride-1 member untiled (strips of a short row make mostly partial
-      tiles), its rows assumed `_ROW_3D` elements long."""
+      tiles), its rows assumed `_ROW_3D` elements long.
+    With `chain` (the innermost member carries a dependence, so the last two point loops become
+    a wavefront, Gauss-Seidel) a 2-d stencil takes strips of `_CHAIN_STRIP`: each wavefront of a
+    tile then has at most `rows` independent points (seidel-2d 1000^2 T=100, 1 thread: 1024-wide
+    strips 315 ms, 256-wide 226 ms; numba 741 ms)."""
     n = band.members
     steps = _STEPS
     budget = cache_size(2) // 2 // band.element // 2  # elements per plane
     if n == 2:
         return (steps, max(64, min(4096, budget // 2)))
-    row, tail = ((_STRIP + steps), (_STRIP,)) if n == 3 else (_ROW_3D, ())
+    strip = _CHAIN_STRIP if chain else _STRIP
+    row, tail = ((strip + steps), (strip,)) if n == 3 else (_ROW_3D, ())
     rows = 4
-    while ((rows * 2 + steps) ** (n - 2)) * row <= budget and rows < 128:
+    cap = 32 if chain else 128  # a chain's wavefront: 16 and 32 rows measured alike, 64 slower
+    while ((rows * 2 + steps) ** (n - 2)) * row <= budget and rows < cap:
         rows *= 2
     return (steps, *([rows] * (n - 2)), *tail)
 
@@ -88,20 +94,23 @@ def auto_sizes(band: TimeBand) -> tuple[int, ...]:
 # time steps per tile: each row is read from memory once per tile instead of once per step, but
 # more steps make more partial tiles at the edges of the skewed domain
 _STEPS = 16
-# strip width of a 2-d stencil's stride-1 member
+# strip width of a 2-d stencil's stride-1 member (with the inner wavefront: _CHAIN_STRIP)
 _STRIP = 1024
+_CHAIN_STRIP = 256
 # the row length (elements of the untiled innermost member) assumed for 3-d stencils
 _ROW_3D = 64
 
 
 def tile_time_band(
-    node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool
+    node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool, inner_carried: bool = False
 ) -> tuple[isl.ScheduleNode, int]:
     """Tile the band at `node` with `sizes`, one per member, the last repeated for missing
     members, except that a band of three or more members given one size fewer than it has
     members keeps its innermost member untiled (a band below the tiles). With `wavefront`, skew
-    its tile loops to (T + I, I, ...) with I parallel. Returns the node of the point loops and
-    how many levels below the original position it is."""
+    its tile loops to (T + I, I, ...) with I parallel. With `inner_carried` (the innermost
+    member carries a dependence, `innermost_carries`), the last two point loops become a
+    wavefront too (_inner_wavefront). Returns the node of the point loops and how many levels
+    below the original position it is."""
     ctx = node.get_ctx()
     n = node.band_n_member()
     if n >= 3 and len(sizes) == n - 1:  # the innermost member untiled
@@ -114,7 +123,44 @@ def tile_time_band(
     tiles = node.band_tile(mv)
     if wavefront and n >= 2:
         tiles = _wavefront(tiles, sizes)
-    return tiles.child(0), 1
+    points = tiles.child(0)
+    if n >= 3 and inner_carried:
+        points = _inner_wavefront(points)
+    return points, 1
+
+
+def innermost_carries(scop: Scop, node: isl.ScheduleNode) -> bool:
+    """Whether the band's innermost member carries a dependence (a Gauss-Seidel sweep: B(t, i,
+    j) reads B(t, i, j - 1)), so that its loop is a chain no vector or pipeline can overlap."""
+    domain = node.get_domain()
+    deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
+    prefix = node.get_prefix_schedule_union_map()
+    deps = deps.intersect(prefix.apply_range(prefix.reverse()))  # not carried by outer loops
+    band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
+    distances = deps.apply_domain(band).apply_range(band).deltas()
+    n = node.band_n_member()
+    carried: list[isl.BasicSet] = []
+    distances.foreach_set(lambda s: carried.append(s))
+    for d in carried:
+        inner = d
+        for m in range(n - 1):
+            inner = inner.fix_val(isl.dim_type.set, m, isl.Val.zero(d.get_ctx()))
+        if not inner.is_empty():
+            return True
+    return False
+
+
+def _inner_wavefront(points: isl.ScheduleNode) -> isl.ScheduleNode:
+    """Point loops (t, .., i, j) → (t, .., i + j, i): when j carries a dependence, the points of
+    a tile with equal i + j are independent (every distance is non-negative in i and j, so a
+    zero distance in i + j is zero in both), and the innermost loop runs them one after another
+    without waiting on each other's result."""
+    mupa = points.band_get_partial_schedule()
+    n = points.band_n_member()
+    skewed = mupa.set_at(n - 2, mupa.get_at(n - 2).add(mupa.get_at(n - 1))).set_at(n - 1, mupa.get_at(n - 2))
+    points = points.delete().insert_partial_schedule(skewed)
+    points = points.band_set_permutable(1)
+    return points.band_member_set_coincident(n - 1, True)
 
 
 def _wavefront(tiles: isl.ScheduleNode, sizes: tuple[int, ...]) -> isl.ScheduleNode:

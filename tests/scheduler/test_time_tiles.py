@@ -159,3 +159,13 @@ def test_time_tiles_match_numpy_and_the_untransformed_kernel(name, options):
             for g, b, w in zip(got, _as_tuple(reference(*args)), _as_tuple(ref(*args))):
                 np.testing.assert_allclose(g, b, rtol=1e-6, atol=1e-6, err_msg=f"{name} {shape} T={steps}")
                 np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5, err_msg=f"{name} {shape} T={steps}")
+
+
+def test_a_gauss_seidel_chain_runs_a_wavefront_inside_the_tile():
+    """seidel-2d reads B(t, i, j - 1): its innermost member carries a dependence, so the last two
+    point loops become (i + j, i) with the innermost coincident; jacobi's stay (i, j)."""
+    (seidel,) = _time_tile_bands(_schedule("seidel2d", threads=1))
+    assert "mod 32 + (2t + i + j) mod" in seidel.child
+    for name in ("jacobi2d", "heat3d"):
+        for band in _time_tile_bands(_schedule(name, threads=1)):
+            assert " + (" not in band.child.replace("((t + ", "")  # no sum of two point members
