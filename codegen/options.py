@@ -134,6 +134,7 @@ class Options:
             self.threads,
             loop_order=self.loop_order,
             band_tiles=self.band_tiles,
+            time_tiles=self.specialize,  # symbolic bounds: no parallelogram tiles (scheduler/options.py)
         )
 
     @property

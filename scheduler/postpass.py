@@ -298,7 +298,7 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
         if n >= 2:
             node = _permute_band(node, order.member_order(_member_order(scop, node), options.loop_order))
             tile, explicit = order.band_tile(options.band_tiles, next(bands), options.tile)
-            band = time_band(scop, node, member_vars(scop, node))
+            band = time_band(scop, node, member_vars(scop, node)) if options.time_tiles else None
             if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
                 carried = innermost_carries(scop, node)
                 sizes = options.time_tile or (tile if explicit else auto_sizes(band, carried))

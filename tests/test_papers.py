@@ -178,7 +178,7 @@ def test_stencils_quick(tmp_path):
     assert results["experiment"] == "2026-11-stencils" and results["mode"] == "quick"
     assert results["question"] and results["schema"] == "tensorlang-papers/1"
     assert "Unset OPENBLAS_CORETYPE=Haswell" in proc.stdout
-    names = {"jacobi-1d", "jacobi-2d", "heat-3d", "seidel-2d", "fdtd-2d"}
+    names = {"jacobi-1d", "jacobi-2d", "jacobi-2d-large", "heat-3d", "heat-3d-large", "seidel-2d", "fdtd-2d"}
     assert {(row["kernel"], row["threads"]) for row in results["rows"]} == {
         (n, t) for n in names for t in (1, 2)
     }

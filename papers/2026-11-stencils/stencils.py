@@ -97,11 +97,16 @@ class Stencil:
     fields: int = 1  # input arrays of the shape (fdtd: 3, plus fict of length T)
     notes: tuple[str, ...] = field(default=())
 
+    @property
+    def kind(self) -> str:
+        """The stencil without its size variant ("jacobi-2d-large" is a jacobi-2d)."""
+        return self.name.removesuffix("-large")
+
     def points(self, shape: tuple[int, ...], steps: int) -> int:
         """Interior updates of the whole run (what GFLOP/s counts)."""
         inner = 1
         for n in shape:
-            inner *= max(0, n - 2) if self.name != "fdtd-2d" else n
+            inner *= max(0, n - 2) if self.kind != "fdtd-2d" else n
         return inner * max(0, steps - 1)
 
 
@@ -110,7 +115,9 @@ STENCILS = {
     for s in (
         Stencil("jacobi-1d", JACOBI_1D, JACOBI_1D_STEP, 3, ((2_000_000,), 100), ((1001,), 7)),
         Stencil("jacobi-2d", JACOBI_2D, JACOBI_2D_STEP, 5, ((1000, 1000), 100), ((37, 41), 7)),
+        Stencil("jacobi-2d-large", JACOBI_2D, JACOBI_2D_STEP, 5, ((4000, 4000), 50), ((67, 71), 5)),
         Stencil("heat-3d", HEAT_3D, HEAT_3D_STEP, 15, ((120, 120, 120), 50), ((11, 13, 17), 5)),
+        Stencil("heat-3d-large", HEAT_3D, HEAT_3D_STEP, 15, ((256, 256, 256), 40), ((7, 11, 37), 4)),
         Stencil("seidel-2d", SEIDEL_2D, None, 9, ((1000, 1000), 20), ((31, 29), 5)),
         Stencil("fdtd-2d", FDTD_2D, FDTD_2D_STEP, 11, ((1000, 1000), 50), ((23, 19), 5), fields=3),
     )
@@ -122,7 +129,7 @@ def inputs(stencil: Stencil, shape: tuple[int, ...], steps: int, seed: int = 0) 
 
     rng = np.random.default_rng(seed)
     arrays = [rng.random(shape, dtype=np.float32) for _ in range(stencil.fields)]
-    if stencil.name == "fdtd-2d":
+    if stencil.kind == "fdtd-2d":
         arrays.append(rng.random(steps, dtype=np.float32))
     return arrays
 
@@ -136,7 +143,7 @@ def numpy_impl(stencil: Stencil, args: list, steps: int):
     import numpy as np
 
     f32 = np.float32
-    if stencil.name == "jacobi-1d":
+    if stencil.kind == "jacobi-1d":
         (a,) = args
         x, y = a.copy(), a.copy()
         tmp = np.empty(a.shape[0] - 2, f32)
@@ -152,7 +159,7 @@ def numpy_impl(stencil: Stencil, args: list, steps: int):
             return p
 
         return run
-    if stencil.name == "jacobi-2d":
+    if stencil.kind == "jacobi-2d":
         (a,) = args
         x, y = a.copy(), a.copy()
         tmp = np.empty((a.shape[0] - 2, a.shape[1] - 2), f32)
@@ -170,7 +177,7 @@ def numpy_impl(stencil: Stencil, args: list, steps: int):
             return p
 
         return run
-    if stencil.name == "heat-3d":
+    if stencil.kind == "heat-3d":
         (a,) = args
         x, y = a.copy(), a.copy()
         inner = tuple(s - 2 for s in a.shape)
@@ -200,7 +207,7 @@ def numpy_impl(stencil: Stencil, args: list, steps: int):
             return p
 
         return run
-    if stencil.name == "fdtd-2d":
+    if stencil.kind == "fdtd-2d":
         ex0, ey0, hz0, fict = args
         ex, ey, hz = ex0.copy(), ey0.copy(), hz0.copy()
         half, c = f32(0.5), f32(0.7)
@@ -312,13 +319,13 @@ def numba_impl(stencil: Stencil, args: list, steps: int, parallel: bool):
     when `parallel`; seidel has no parallel form: its sweeps are sequential in i and j)."""
     import numpy as np
 
-    if parallel and stencil.name == "seidel-2d":
+    if parallel and stencil.kind == "seidel-2d":
         return None
     namespace: dict = {}
     exec(compile(NUMBA_SOURCE.replace("{par}", str(parallel)), "<numba stencils>", "exec"), namespace)
     f = namespace[{"jacobi-1d": "jacobi1d", "jacobi-2d": "jacobi2d", "heat-3d": "heat3d",
-                   "seidel-2d": "seidel2d", "fdtd-2d": "fdtd2d"}[stencil.name]]  # fmt: skip
-    if stencil.name == "seidel-2d":
+                   "seidel-2d": "seidel2d", "fdtd-2d": "fdtd2d"}[stencil.kind]]  # fmt: skip
+    if stencil.kind == "seidel-2d":
         (a,) = args
         buf = np.empty_like(a)
 
@@ -327,7 +334,7 @@ def numba_impl(stencil: Stencil, args: list, steps: int, parallel: bool):
             return f(buf, steps)
 
         return run
-    if stencil.name == "fdtd-2d":
+    if stencil.kind == "fdtd-2d":
         ex0, ey0, hz0, fict = args
         ex, ey, hz = ex0.copy(), ey0.copy(), hz0.copy()
 
@@ -357,13 +364,13 @@ def tensorlang_impl(stencil: Stencil, args: list, steps: int, threads: int, swee
     options = tl.Options(threads=threads)
     if not sweep:
         k = tl.compile(stencil.recurrence, options=options)
-        if stencil.name == "fdtd-2d":
+        if stencil.kind == "fdtd-2d":
             return lambda: k(*args)
         return lambda: k(*args, T=steps)
     if stencil.step is None:
         return None
     k = tl.compile(stencil.step, options=options)
-    if stencil.name == "fdtd-2d":
+    if stencil.kind == "fdtd-2d":
         ex0, ey0, hz0, fict = args
         bufs = [[a.copy() for a in (ex0, ey0, hz0)] for _ in range(2)]
 
