@@ -11,7 +11,7 @@ statement, not from pattern-matching generated code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
@@ -133,21 +133,26 @@ def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) 
 
 def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
     """The statement over its outer variables only; accesses become their unions over m, n, k."""
-    positions = sorted((stmt.index_vars.index(v) for v in (plan.m, plan.n, plan.k)), reverse=True)
+    return project_onto_outer(stmt, (plan.m, plan.n, plan.k), plan.outer)
+
+
+def project_onto_outer(stmt: PolyStatement, inner: Sequence[str], outer: tuple[str, ...]) -> PolyStatement:
+    """The statement with the `inner` variables projected out (what one library call at an outer
+    point covers: a GEMM's m, n, k, a direct convolution's window); accesses become their unions
+    over them."""
+    positions = sorted((stmt.index_vars.index(v) for v in inner), reverse=True)
     domain = stmt.domain
-    accesses = []
     for pos in positions:
         domain = domain.project_out(isl.dim_type.set, pos, 1)
     domain = domain.set_tuple_name(stmt.name)  # projecting every dimension out drops the name
+    accesses = []
     for a in stmt.accesses:
         rel = a.relation
         for pos in positions:
             rel = rel.project_out(isl.dim_type.in_, pos, 1)
         rel = rel.set_tuple_name(isl.dim_type.in_, stmt.name)
         accesses.append(type(a)(a.tensor, a.is_write, rel, tuple(None for _ in a.subscripts), domain, a.read))
-    return PolyStatement(
-        stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer
-    )
+    return PolyStatement(stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), outer)
 
 
 def plan_contractions(scop: Scop, sizes: Mapping[str, int]) -> tuple[Scop, dict[str, ContractionPlan]]:

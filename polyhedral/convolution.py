@@ -26,11 +26,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import islpy as isl
-
 from tensorlang import ir
 
-from .contraction import MIN_CONTRACTION_WORK, ContractionPlan, Operand, _operands, _project, plan_contraction
+from .contraction import (
+    MIN_CONTRACTION_WORK,
+    ContractionPlan,
+    Operand,
+    _operands,
+    _project,
+    plan_contraction,
+    project_onto_outer,
+)
 from .scop import PolyStatement, Scop, StatementKind, compute_dependences
 from .sizes import compile_size_expr
 
@@ -263,22 +269,7 @@ def _guarded(plan: ConvPlan, cond: ir.Expr, sizes: Mapping[str, int], variables:
 
 def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:
     """The statement over its outer variables only (accesses: their unions over the rest)."""
-    inner = [v for v, _ in plan.extent]
-    positions = sorted((stmt.index_vars.index(v) for v in inner), reverse=True)
-    domain = stmt.domain
-    for pos in positions:
-        domain = domain.project_out(isl.dim_type.set, pos, 1)
-    domain = domain.set_tuple_name(stmt.name)
-    accesses = []
-    for a in stmt.accesses:
-        rel = a.relation
-        for pos in positions:
-            rel = rel.project_out(isl.dim_type.in_, pos, 1)
-        rel = rel.set_tuple_name(isl.dim_type.in_, stmt.name)
-        accesses.append(type(a)(a.tensor, a.is_write, rel, tuple(None for _ in a.subscripts), domain, a.read))
-    return PolyStatement(
-        stmt.name, stmt.kind, stmt.position, stmt.statement, domain, tuple(accesses), plan.outer
-    )
+    return project_onto_outer(stmt, [v for v, _ in plan.extent], plan.outer)
 
 
 def plan_convolutions(
