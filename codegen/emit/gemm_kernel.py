@@ -396,12 +396,27 @@ YIELD_LIMIT = 2048
 SLEEP_US = 50
 
 
+def back_off(module: ir.Module, b: ir.IRBuilder, spins, spin_limit: int, yield_limit: int) -> None:
+    """One step of a wait (`spins`: an i64 alloca counting them): `pause` for the first
+    `spin_limit`, sched_yield() until `yield_limit`, then SLEEP_US µs of sleep. Shared by the GEMM
+    team's waits and the loop teams' barrier (lowering/barrier.py)."""
+    count = b.load(spins)
+    b.store(b.add(count, c64(1)), spins)
+    with b.if_else(b.icmp_signed("<", count, c64(spin_limit))) as (busy, later):
+        with busy:
+            _pause(module, b)
+        with later:
+            with b.if_else(b.icmp_signed("<", count, c64(yield_limit))) as (polite, idle):
+                with polite:
+                    b.call(declare_intrinsic(module, "sched_yield", I32, []), [])
+                with idle:
+                    b.call(declare_intrinsic(module, "usleep", I32, [I32]), [ir.Constant(I32, SLEEP_US)])
+
+
 def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins) -> None:
     """Wait until the finished-task counter reaches `target` (an acquire load, so that what those
     tasks wrote is visible), spinning, yielding, then sleeping between looks; return from the
     function if the call is cancelled meanwhile. `spins` is an i64 alloca."""
-    usleep = declare_intrinsic(module, "usleep", I32, [I32])
-    sched_yield = declare_intrinsic(module, "sched_yield", I32, [])
     b.store(c64(0), spins)
     head = b.append_basic_block("wait.head")
     spin = b.append_basic_block("wait.spin")
@@ -411,17 +426,7 @@ def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins)
     seen = b.load_atomic(done, "acquire", 8)
     b.cbranch(b.icmp_signed(">=", seen, target), ready, spin).set_weights([1 << 10, 1])
     b.position_at_end(spin)
-    count = b.load(spins)
-    b.store(b.add(count, c64(1)), spins)
-    with b.if_else(b.icmp_signed("<", count, c64(SPIN_LIMIT))) as (busy, later):
-        with busy:
-            _pause(module, b)
-        with later:
-            with b.if_else(b.icmp_signed("<", count, c64(YIELD_LIMIT))) as (polite, idle):
-                with polite:
-                    b.call(sched_yield, [])
-                with idle:
-                    b.call(usleep, [ir.Constant(I32, SLEEP_US)])
+    back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
     _stop_if_cancelled(b, cancel)
     b.branch(head)
     b.position_at_end(ready)

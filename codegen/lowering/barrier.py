@@ -15,10 +15,9 @@ with the same back-off and the same way out.
 
 from __future__ import annotations
 
-import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
-from ..emit.gemm_pack import declare_intrinsic
+from ..emit.gemm_kernel import back_off
 from ..emit.gemm_team import (
     TEAM_ABORT,
     TEAM_ARRIVED,
@@ -33,10 +32,9 @@ from .status import ERROR_CANCELLED
 BARRIER = "tl_team_barrier"
 # how a waiting thread looks: SPIN_LIMIT looks with a `pause` between them (a barrier of threads
 # on cores of their own lasts well under a microsecond), then up to YIELD_LIMIT looks with a
-# sched_yield() between them, then SLEEP_US µs of sleep between looks
+# sched_yield() between them, then emit.gemm_kernel.SLEEP_US µs of sleep between looks
 SPIN_LIMIT = 256
 YIELD_LIMIT = 4096
-SLEEP_US = 50
 
 
 def _c64(v: int) -> ir.Constant:
@@ -107,19 +105,8 @@ def define_barrier(module: ir.Module) -> ir.Function:
 
 
 def _back_off(module: ir.Module, b: ir.IRBuilder, spins: ir.Value) -> None:
-    """One step of a wait: `pause`, later sched_yield(), later a short sleep (`spins`: i64*)."""
-    count = b.load(spins)
-    b.store(b.add(count, _c64(1)), spins)
-    with b.if_else(b.icmp_signed("<", count, _c64(SPIN_LIMIT))) as (busy, later):
-        with busy:
-            if llvm.get_process_triple().startswith(("x86_64", "i686", "i386")):
-                b.call(declare_intrinsic(module, "llvm.x86.sse2.pause", ir.VoidType(), []), [])
-        with later:
-            with b.if_else(b.icmp_signed("<", count, _c64(YIELD_LIMIT))) as (polite, idle):
-                with polite:
-                    b.call(declare_intrinsic(module, "sched_yield", I32, []), [])
-                with idle:
-                    b.call(declare_intrinsic(module, "usleep", I32, [I32]), [ir.Constant(I32, SLEEP_US)])
+    """One step of a wait, with this module's limits (emit.gemm_kernel.back_off)."""
+    back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
 
 
 CLAIM = "tl_team_claim"
