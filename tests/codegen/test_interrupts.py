@@ -123,7 +123,7 @@ def test_interrupt_serial_call_stops_within_a_poll(tmp_path):
 def test_interrupt_single_loop_kernel_stops_between_chunks(tmp_path):
     """A split loop with nothing nested has no poll in its code (it would stop vectorisation):
     the runtime runs each thread's share in chunks and checks the cancel word between them."""
-    check(run_child(tmp_path, {"kind": "elementwise", "threads": 2, "n": 1 << 25, "after": 0.3}), 2.0)
+    check(run_child(tmp_path, {"kind": "elementwise", "threads": 2, "n": 1 << 26, "after": 0.3}), 2.0)
 
 
 def test_interrupt_gemm_stops_inside_the_gemm_body(tmp_path):
