@@ -180,8 +180,11 @@ def _match(
     )  # fmt: skip
 
 
-def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ConvPlan | None:
-    """The direct-convolution plan of a body statement for these sizes, or None."""
+def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] | None) -> ConvPlan | None:
+    """The direct-convolution plan of a body statement for these sizes, or None (`sizes` None: the
+    generic kernel, which has no direct convolution yet)."""
+    if sizes is None:
+        return None
     if stmt.kind is not StatementKind.BODY or any(
         c.statement == stmt.name and c.dynamic_dims for c in scop.checks
     ):
@@ -273,7 +276,7 @@ def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:
 
 
 def plan_convolutions(
-    scop: Scop, sizes: Mapping[str, int], direct: bool = True
+    scop: Scop, sizes: Mapping[str, int] | None, direct: bool = True
 ) -> tuple[Scop, dict[str, ContractionPlan], dict[str, ConvPlan]]:
     """The Scop with every contraction projected onto its outer loops, the GEMM plans and the
     direct-convolution plans (`direct` False: every contraction goes to the GEMM path, as
