@@ -108,8 +108,13 @@ def is_contraction(st: ir.Statement) -> bool:
     return _roles(st) is not None
 
 
-def plan_contraction(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int]) -> ContractionPlan | None:
-    """The GEMM decomposition of a body statement for these sizes, or None."""
+def plan_contraction(
+    scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] | None
+) -> ContractionPlan | None:
+    """The GEMM decomposition of a body statement for these sizes, or None (`sizes` None: the
+    generic kernel, which keeps its contractions on the loop path for now)."""
+    if sizes is None:
+        return None
     if stmt.kind is not StatementKind.BODY or any(
         c.statement == stmt.name and c.dynamic_dims for c in scop.checks
     ):

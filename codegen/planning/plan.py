@@ -293,7 +293,7 @@ def plan_kernel(
     # 1. contractions: matmul-like statements become GEMM calls; the rest is rescheduled
     contractions: dict[str, ContractionPlan] = {}
     convolutions: dict[str, ConvPlan] = {}
-    if transform:
+    if options.optimize:  # sizes None (a generic kernel): only plans that run with run-time sizes
         scop, contractions, convolutions = plan_convolutions(scop, sizes, options.direct_conv)
         if contractions or convolutions:
             schedule = _reschedule(scop, {**contractions, **convolutions}, schedule.options, reschedules)
