@@ -59,10 +59,14 @@ class FastCall:
         given = self._out_arrays(out)
         if given is None:
             return None
-        addresses = [0] * self.buffer_count
+        try:  # a pointer array of this signature not in use (a signal handler's call may nest)
+            pointers, pointers_address = self._pointer_arrays.pop()
+        except IndexError:
+            pointers = (ctypes.c_void_p * self.buffer_count)()
+            pointers_address = ctypes.addressof(pointers)
         spans = []
         for slot, array in zip(self.input_slots, inputs):
-            start = addresses[slot] = address(array)
+            start = pointers[slot] = address(array)
             spans.append((start, start + array.nbytes))
         made = []
         for (slot, shape, dtype), array in zip(self.allocations, given):
@@ -74,13 +78,14 @@ class FastCall:
                 stop = start + array.nbytes
                 for other_start, other_stop in spans:  # (a loop: cheaper than any() here)
                     if start < other_stop and other_start < stop:
+                        self._pointer_arrays.append((pointers, pointers_address))
                         return None
                 spans.append((start, stop))
-            addresses[slot] = start
+            pointers[slot] = start
             made.append(array)
-        pointers = (ctypes.c_void_p * self.buffer_count)(*addresses)
         spec = self.spec
-        code, error = run_inline(spec.code.entry, ctypes.addressof(pointers), spec.params_address, spec.plans)
+        code, error = run_inline(spec.code.entry, pointers_address, spec.params_address, spec.plans)
+        self._pointer_arrays.append((pointers, pointers_address))
         result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])
         return code, error, result
 
@@ -111,6 +116,12 @@ class FastCall:
             ):
                 return None
         return arrays + self.temporaries_given
+
+    @functools.cached_property
+    def _pointer_arrays(self) -> list[tuple[ctypes.Array, int]]:
+        """Pointer arrays (and their addresses) free for a call: one per call in flight, reused
+        instead of built per call. Taken by pop and given back by append, both atomic."""
+        return []
 
     @functools.cached_property
     def nothing_given(self) -> tuple[None, ...]:
