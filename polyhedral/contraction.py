@@ -4,7 +4,9 @@ A statement is a contraction when its right-hand side is the product of two read
 subscripts are affine with non-negative coefficients. Its index variables then fall into
 classes by where they occur: in C and A only (M-like), in C and B only (N-like), in A and B but
 not C (K-like), and the rest (batch and other outer loops). With concrete sizes the plan picks the
-largest M, N and K variables; the code generator runs a packed GEMM for them at each point of the
+largest M, N and K variables; without them (the generic kernel, sizes known only at run time) it
+picks by structure: a variable whose extent is a constant of the source below a size symbol's,
+else the innermost. The code generator runs a packed GEMM for them at each point of the
 remaining (outer) variables. The decision comes from the polyhedral description of the
 statement, not from pattern-matching generated code.
 """
@@ -15,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import islpy as isl
+import sympy
 
 from tensorlang import ir
 
@@ -111,10 +114,9 @@ def is_contraction(st: ir.Statement) -> bool:
 def plan_contraction(
     scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] | None
 ) -> ContractionPlan | None:
-    """The GEMM decomposition of a body statement for these sizes, or None (`sizes` None: the
-    generic kernel, which keeps its contractions on the loop path for now)."""
-    if sizes is None:
-        return None
+    """The GEMM decomposition of a body statement for these sizes, or None. `sizes` None plans the
+    generic kernel: extents are then known only where a range is a constant of the source, and
+    the GEMM (which handles any extents, empty ones included) runs whatever the sizes."""
     if stmt.kind is not StatementKind.BODY or any(
         c.statement == stmt.name and c.dynamic_dims for c in scop.checks
     ):
@@ -123,17 +125,35 @@ def plan_contraction(
     roles = _roles(st)
     if roles is None:
         return None
-    extent = {r.var: compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes) for r in st.ranges}
+    extent = {r.var: _extent(r, sizes) for r in st.ranges}
 
     def best(candidates: tuple[str, ...]) -> str:
-        # the largest extent; among equals the later (inner, smaller-stride) variable
-        return max(candidates, key=lambda v: (extent[v], st.all_indices.index(v)))
+        # the largest extent (an unknown one, a size symbol's, counts as large); among equals the
+        # later (inner, smaller-stride) variable
+        return max(
+            candidates, key=lambda v: (_LARGE if extent[v] is None else extent[v], st.all_indices.index(v))
+        )
 
     m, n, k = best(roles.m), best(roles.n), best(roles.k)
-    if extent[m] * extent[n] * extent[k] < MIN_CONTRACTION_WORK:
-        return None
+    work = [extent[v] for v in (m, n, k)]
+    if None not in work and work[0] * work[1] * work[2] < MIN_CONTRACTION_WORK:
+        return None  # known small (every size, or the constant extents of a generic kernel)
     outer = tuple(v for v in st.all_indices if v not in (m, n, k))
     return ContractionPlan(stmt.name, roles.c, roles.x, roles.y, m, n, k, outer)
+
+
+# The extent an unknown (run-time) range counts as when choosing among candidates: larger than any
+# constant range of a source.
+_LARGE = 2**62
+
+
+def _extent(r: ir.IndexRange, sizes: Mapping[str, int] | None) -> int | None:
+    """A range's trip count for these sizes; with sizes None, its trip count when that is a
+    constant of the source (`i in 0:3`), else None."""
+    if sizes is not None:
+        return compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes)
+    diff = sympy.sympify(r.hi - r.lo)
+    return int(diff) if diff.is_Integer else None
 
 
 def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import llvmlite.ir as ll
+import sympy
 
 from polyhedral.contraction import ContractionPlan
 from polyhedral.sizes import isl_param_name
@@ -25,8 +28,8 @@ class GemmCallLowering(LoweringState):
         the runtime passes one."""
         b = self.b
         st = self.leaf_statement.statement
-        lo = {r.var: self.size_value(r.lo) for r in st.ranges}
-        hi = {r.var: self.size_value(r.hi) for r in st.ranges}
+        lo = {r.var: self.range_bound(r.lo) for r in st.ranges}
+        hi = {r.var: self.range_bound(r.hi) for r in st.ranges}
         values = dict(self.leaf_statement.indices)
         m_lo, m_hi = lo[plan.m], hi[plan.m]
         values.update({plan.m: m_lo, plan.n: lo[plan.n], plan.k: lo[plan.k]})
@@ -72,3 +75,67 @@ class GemmCallLowering(LoweringState):
             ],
         )  # fmt: skip
         poll_cancel(b, self.cancel)  # the GEMM returned early: so does the phase
+
+    def range_bound(self, expr: sympy.Expr) -> ll.Value:
+        """A range bound's value: a constant of specialised code, else computed at run time from
+        the kernel's size parameters (a generic kernel)."""
+        if self.param_values is not None:
+            return self.size_value(expr)
+        num, den = self._rational(sympy.sympify(expr))
+        if den != 1:
+            raise ValueError(f"size expression {expr} is not integral")
+        return num
+
+    def _rational(self, e: sympy.Expr) -> tuple[ll.Value, int]:
+        """A size expression as numerator (i64, at run time) over a positive constant denominator:
+        the expressions range inference writes (sums, rational multiples, min, max, floor,
+        ceiling, modulo by a constant); anything else is a derived parameter (polyhedral/sizes.py)."""
+        b = self.b
+        derived = {atom: name for name, atom in self.scop.params.derived}
+        if e in derived:
+            return self.params[derived[e]], 1
+        if e.is_Integer:
+            return ll.Constant(V.I64, int(e)), 1
+        if e.is_Rational:
+            return ll.Constant(V.I64, int(e.p)), int(e.q)
+        if e.is_Symbol:
+            return self.params[isl_param_name(e.name)], 1
+        if isinstance(e, sympy.Add | sympy.Min | sympy.Max):
+            parts = [self._rational(a) for a in e.args]
+            den = math.lcm(*(d for _, d in parts))
+            nums = [
+                n if d == den else b.mul(n, ll.Constant(V.I64, den // d), flags=["nsw"]) for n, d in parts
+            ]
+            acc = nums[0]
+            for x in nums[1:]:
+                if isinstance(e, sympy.Add):
+                    acc = b.add(acc, x, flags=["nsw"])
+                else:
+                    keep = b.icmp_signed("<" if isinstance(e, sympy.Min) else ">", acc, x)
+                    acc = b.select(keep, acc, x)
+            return acc, den
+        if isinstance(e, sympy.Mul):
+            coeff = sympy.Integer(1)
+            rest = []
+            for a in e.args:
+                if a.is_Rational:
+                    coeff *= a
+                else:
+                    rest.append(a)
+            if len(rest) == 1:
+                num, den = self._rational(rest[0])
+                return b.mul(num, ll.Constant(V.I64, int(coeff.p)), flags=["nsw"]), den * int(coeff.q)
+        if isinstance(e, sympy.floor | sympy.ceiling):
+            num, den = self._rational(e.args[0])
+            if den == 1:
+                return num, 1
+            q = ll.Constant(V.I64, den)
+            if isinstance(e, sympy.floor):
+                return V.int_div_mod(b, "/", ScalarType.INT64, num, q), 1
+            neg = b.sub(ll.Constant(V.I64, 0), num)
+            return b.sub(ll.Constant(V.I64, 0), V.int_div_mod(b, "/", ScalarType.INT64, neg, q)), 1
+        if isinstance(e, sympy.Mod) and e.args[1].is_Integer and e.args[1] > 0:
+            num, den = self._rational(e.args[0])
+            if den == 1:
+                return V.int_div_mod(b, "%", ScalarType.INT64, num, ll.Constant(V.I64, int(e.args[1]))), 1
+        raise ValueError(f"cannot evaluate size expression {e} at run time")

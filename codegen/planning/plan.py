@@ -16,6 +16,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 import islpy as isl
+import sympy
 
 from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
@@ -207,9 +208,10 @@ class KernelPlan:
             raise PlanError(
                 f"{self.program.name}: {len(self.phases)} decisions for {len(self.ast.phases)} phases"
             )
-        specific = self.contractions or self.convolutions or self.contracted or self.folded
-        if not self.specialised and (specific or self.layouts or self.sharing):
-            raise PlanError(f"{self.program.name}: a generic plan with size-specific storage or GEMM calls")
+        # GEMM calls and direct convolutions read their extents at run time; storage does not
+        specific = self.contracted or self.folded or self.layouts or self.sharing
+        if not self.specialised and specific:
+            raise PlanError(f"{self.program.name}: a generic plan with size-specific storage")
         temporaries = {t.name for t in self.program.temporaries}
         for name in set(self.contracted) | set(self.sharing) | set(self.folded):
             if name not in temporaries:
@@ -326,8 +328,9 @@ def plan_kernel(
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts) | set(folds)
     folded = set()
-    if transform:
+    if options.optimize:  # a generic kernel's only where K's trip count is a positive constant
         folded = _folded_inits(scop, ast, contractions, sizes)
+    if transform:  # direct convolutions: with sizes (an empty window would leave O unzeroed)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     teams = {
         n
@@ -379,7 +382,7 @@ def _with_filters(end: int, convolutions: Mapping[str, ConvPlan]) -> int:
 
 
 def _folded_inits(
-    scop: Scop, ast: LoopAst, contractions: Mapping[str, ContractionPlan], sizes: Mapping[str, int]
+    scop: Scop, ast: LoopAst, contractions: Mapping[str, ContractionPlan], sizes: Mapping[str, int] | None
 ) -> set[int]:
     """Phases that only zero the C of the GEMM the next phase runs, which can store its first K
     block instead (saving a pass over C and, on threads, a dispatch): the next phase holds only
@@ -403,10 +406,20 @@ def _folded_inits(
         }:
             continue
         k = st.range_of(gemm.k)
-        if compile_size_expr(k.hi)(sizes) - compile_size_expr(k.lo)(sizes) <= 0:
+        # a generic kernel's K is known only where its range is a constant of the source
+        trips = _known_trips(k, sizes)
+        if trips is None or trips <= 0:
             continue
         found.add(n)
     return found
+
+
+def _known_trips(r: ir.IndexRange, sizes: Mapping[str, int] | None) -> int | None:
+    """A range's trip count for these sizes, or (sizes None) when it is a constant of the source."""
+    if sizes is not None:
+        return compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes)
+    diff = sympy.sympify(r.hi - r.lo)
+    return int(diff) if diff.is_Integer else None
 
 
 def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:
