@@ -1,9 +1,9 @@
 """gpu: compiled stages (Program, Schedule) → CudaKernel, what tl.compile(..., target="cuda") returns.
 
 A CudaKernel inspects every stage (`ast` … `plan`, `loops`, `llvm` for the NVPTX module, `ptx`),
-plans per set of sizes like the CPU Kernel, and pickles as its source. It does not run yet:
-calling it raises a TensorLangError that says why (no cuda-bindings, no driver or GPU, and the
-runtime that launches PTX through the driver API is a later step).
+plans per set of sizes like the CPU Kernel, and pickles as its source. Calling it runs the PTX
+through the CUDA driver (gpu/calling.py, gpu/runtime.py); without cuda-bindings, a driver or a
+GPU, a call raises a TensorLangError that says which is missing.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tensorlang.errors import TensorLangError
 
@@ -19,6 +20,38 @@ from ..runtime.interface import interface_of
 from .ptx import DEFAULT_ARCH, check_arch
 
 STAGES = ("ast", "ir", "scop", "deps", "graph", "schedule", "plan", "loops", "llvm", "ptx")
+
+
+@dataclass(frozen=True)
+class CudaSpecialisation:
+    """One set of sizes on one architecture: the PTX, the layout's tensor order (the entries'
+    pointer parameters), each phase's launch (entry, blocks, threads per block), and the shape
+    allocated for each temporary."""
+
+    ptx: str
+    tensors: tuple[str, ...]
+    launches: tuple[tuple[str, int, int], ...]
+    storage: Mapping[str, tuple[int, ...]]
+
+    @staticmethod
+    def of(plan, mapping, ptx: str, interface, sizes: Mapping[str, int]) -> CudaSpecialisation:
+        from polyhedral.sizes import compile_size_expr
+
+        from ..lowering.abi import kernel_layout
+
+        if plan.contracted or plan.layouts or plan.contractions or plan.convolutions:
+            raise TensorLangError(
+                f"{interface.name}: internal compiler error: a cuda plan with x86-only steps"
+            )
+        storage = {}
+        for t in plan.program.temporaries:
+            shape = tuple(compile_size_expr(d)(sizes) for d in t.shape)
+            fold = plan.folded.get(t.name)
+            if fold is not None:  # stored modulo its dependence distance: never more than needed
+                shape = tuple(max(e, fold.modulus) if d == fold.dim else e for d, e in enumerate(shape))
+            storage[t.name] = shape
+        launches = tuple((f"tl_{interface.name}_phase{p.index}", p.blocks, p.block) for p in mapping.phases)
+        return CudaSpecialisation(ptx, kernel_layout(plan.scop).tensors, launches, storage)
 
 
 class CudaKernel:
@@ -35,6 +68,9 @@ class CudaKernel:
         self.filename = filename
         self.interface = interface_of(program)
         self._plans: dict[tuple, object] = {}
+        self._specs: dict[tuple, CudaSpecialisation] = {}
+        self._checked: set[tuple[int, ...]] = set()
+        self._host = None  # the def's CPU Kernel: shapes and size checks (nothing compiled)
         self._lock = threading.Lock()
 
     @property
@@ -56,7 +92,53 @@ class CudaKernel:
     # ------------------------------------------------------------------ calling
 
     def __call__(self, *inputs: object, out: object = None, **sizes: int):
-        raise TensorLangError(f"{self.name}: cannot run a target='cuda' kernel here: {why_no_gpu()}")
+        """Run on the GPU: NumPy inputs are copied to the device and NumPy outputs returned; CUDA
+        arrays (PyTorch, CuPy, __cuda_array_interface__, DLPack on CUDA) are used in place and
+        the outputs returned on the device, of the same kind (gpu/calling.py)."""
+        from . import runtime as rt
+        from .calling import call
+
+        try:
+            return call(self, inputs, out, sizes)
+        except rt.CudaUnavailable as exc:
+            raise TensorLangError(f"{self.name}: cannot run a target='cuda' kernel here: {exc}") from exc
+
+    def shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """Output and temporary shapes for these sizes, after the call-time requirements and the
+        size preconditions of the accesses: the CPU Kernel's own checks (the same program)."""
+        host = self._host_kernel()
+        shapes = host._shapes(sizes)
+        key = tuple(sizes[s] for s in self.interface.sizes)
+        if key not in self._checked:
+            host._check_preconditions(sizes)
+            self._checked.add(key)
+        return shapes
+
+    def _host_kernel(self):
+        if self._host is None:
+            from ..runtime.kernel import Kernel
+
+            with self._lock:
+                if self._host is None:
+                    self._host = Kernel(
+                        self.program,
+                        self.schedule,
+                        self.options,
+                        self.syntax_text,
+                        self.source,
+                        self.filename,
+                    )
+        return self._host
+
+    def specialisation(self, sizes: Mapping[str, int], arch: str) -> CudaSpecialisation:
+        """What a call of these sizes on a device of `arch` launches (cached per sizes and arch)."""
+        key = (tuple(sorted(sizes.items())), arch)
+        found = self._specs.get(key)
+        if found is None:
+            plan, mapping = self.plan(sizes)
+            ptx = self.inspect("ptx", sizes, arch=arch)
+            found = self._specs[key] = CudaSpecialisation.of(plan, mapping, ptx, self.interface, sizes)
+        return found
 
     # ------------------------------------------------------------------ planning and inspection
 
@@ -145,23 +227,12 @@ class CudaKernel:
             ) from exc
 
 
-def why_no_gpu() -> str:
-    """Why a cuda kernel cannot run in this process (the runtime is not part of this version)."""
-    try:
-        from cuda.bindings import driver  # noqa: F401  (the [cuda] extra)
-    except ImportError:
-        return (
-            "cuda-bindings is not installed (pip install 'tensorlang[cuda]') and the CUDA runtime of "
-            "tensorlang is not implemented yet; inspect('ptx', sizes=...) gives the PTX"
-        )
-    try:
-        (err,) = driver.cuInit(0)[:1]
-        ok = int(err) == 0
-    except Exception:  # noqa: BLE001 - any driver failure means: no usable GPU
-        ok = False
-    if not ok:
-        return "no CUDA driver or GPU was found (cuInit failed); inspect('ptx', sizes=...) gives the PTX"
-    return "launching PTX through the CUDA driver is not implemented yet; inspect('ptx', sizes=...) gives the PTX"
+def why_no_gpu() -> str | None:
+    """Why a cuda kernel cannot run in this process (no cuda-bindings, no driver, no GPU), or None
+    when one can."""
+    from .runtime import unavailable_reason
+
+    return unavailable_reason()
 
 
 def unpickle_cuda_kernel(source: str, name: str, options: Options, filename: str) -> CudaKernel:

@@ -18,7 +18,9 @@ subclass that changes only what differs on the GPU:
   and libm calls that NVPTX cannot select become libdevice calls (gpu/ptx.py).
 
 Run-time errors (a gather index out of range, an integer division by zero) are recorded in
-`error[0..3]` as on the CPU; several threads may race to write it, and any one record is kept.
+`error[0..3]` as on the CPU, [code, check id, dim, value]: each thread fails into a record of its
+own, and the first to claim `error[0]` (compare-and-swap) copies its details; a phase launched
+after a failed one does nothing (see _run_thread).
 """
 
 from __future__ import annotations
@@ -150,11 +152,25 @@ class GpuLowering(Lowering):
         args: list,
         gid: ll.Value,
     ) -> None:
-        """At b: thread `gid` checks it is within the grid's iterations and runs its one."""
+        """At b: thread `gid` checks it is within the grid's iterations and runs its one.
+
+        The phase records a failed run-time check (a gather index out of range, an integer
+        division by zero) in a thread-local record; the first thread of the call to fail claims
+        the global `error[0]` with a compare-and-swap and alone copies its details to
+        `error[1..3]`, so the runtime reads one thread's consistent record (as the CPU's
+        [code, check, dim, value]). A thread starts only while `error[0]` is 0: phases after a
+        failed one do no work (the launches are queued before the runtime reads the record)."""
+        error = args[-1]
+        entry = ll.IRBuilder(fn.blocks[0])
+        entry.position_at_start(fn.blocks[0])
+        local = entry.alloca(V.I64, size=4, name="error.local")  # promoted to registers (inlined)
+        b.position_at_end(b.block)  # b's insertion point moved with the instruction put before it
         run = fn.append_basic_block("run")
         done = fn.append_basic_block("done")
         total = grid.threads if grid.loops else 1
-        b.cbranch(b.icmp_unsigned("<", gid, ll.Constant(V.I64, total)), run, done)
+        clean = b.icmp_unsigned("==", b.load_atomic(error, "monotonic", 8), ll.Constant(V.I64, 0))
+        inside = b.icmp_unsigned("<", gid, ll.Constant(V.I64, total))
+        b.cbranch(b.and_(inside, clean), run, done)
         b.position_at_end(run)
         bounds: list[ll.Value] = [ll.Constant(V.I64, 0)] * 4
         rest = gid
@@ -165,7 +181,17 @@ class GpuLowering(Lowering):
             rest = b.udiv(rest, count)
             lo = b.add(ll.Constant(V.I64, loop.first), b.mul(digit, ll.Constant(V.I64, loop.step)))
             bounds[2 * n], bounds[2 * n + 1] = lo, b.add(lo, ll.Constant(V.I64, 1))
-        b.call(phase_fn, args + bounds)
+        code = b.call(phase_fn, args[:-1] + [local] + bounds)
+        failed = fn.append_basic_block("failed")
+        b.cbranch(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), failed, done)
+        b.position_at_end(failed)
+        swap = b.cmpxchg(error, ll.Constant(V.I64, 0), b.zext(code, V.I64), "monotonic", "monotonic")
+        claim = fn.append_basic_block("claim")
+        b.cbranch(b.extract_value(swap, 1), claim, done)
+        b.position_at_end(claim)
+        for n in (1, 2, 3):
+            word = b.load(b.gep(local, [ll.Constant(V.I64, n)]))
+            b.store_atomic(word, b.gep(error, [ll.Constant(V.I64, n)]), "monotonic", 8)
         b.branch(done)
         b.position_at_end(done)
 
