@@ -107,7 +107,7 @@ class FakeDriver(types.SimpleNamespace):
         return self._result("cuInit")
 
     def cuDeviceGetCount(self):  # noqa: N802
-        return self._result("cuDeviceGetCount", 1)
+        return self._result("cuDeviceGetCount", 2)
 
     def cuDeviceGet(self, ordinal):  # noqa: N802
         return self._result("cuDeviceGet", ordinal)
