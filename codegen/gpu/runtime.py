@@ -351,7 +351,13 @@ def load_module(dev: Device, ptx: str) -> Module:
         if found is None:
             image = ptx.encode() + b"\0"
             try:
-                handle = call(dev.drv, "cuModuleLoadDataEx", image, 0, [], [], what="cuModuleLoadDataEx")
+                try:
+                    handle = call(dev.drv, "cuModuleLoadDataEx", image, 0, [], [])
+                except TensorLangError as exc:
+                    if not isinstance(exc.__cause__, TypeError):
+                        raise
+                    # bindings that want the empty option lists in another form: the plain call
+                    handle = call(dev.drv, "cuModuleLoadData", image)
             except TensorLangError as exc:
                 raise TensorLangError(
                     f"{exc}; the driver could not JIT-compile tensorlang's PTX for {dev.arch} (a compiler "
