@@ -18,6 +18,11 @@ Not recognised (they stay on the GEMM or loop path): groups folded into the chan
 (`g*F + f` is no plain filter subscript), depthwise convolution (no output channel apart from
 the input's), a 1×1 window (a plain GEMM), fewer output channels than half a vector, a filter
 that is not a kernel input.
+
+Without sizes (the generic kernel, `Options(specialize=False)`) the plan is the same, with its
+first values, trip counts and guard constants size expressions (sympy) that the generated code
+evaluates at run time; the tests that need sizes are made where the extent is a constant of
+the source and left to the kernel otherwise (it handles any extents, empty ones included).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+
+import sympy
 
 from tensorlang import ir
 
@@ -44,11 +51,15 @@ from .sizes import compile_size_expr
 MAX_UNROLLED_TAP = 16
 #: The largest packed filter (every thread packs its own copy into its workspace).
 MAX_PACKED_BYTES = 64 << 20
+#: Window widths the generic kernel unrolls (chosen at run time; other widths loop over the tap).
+GENERIC_WINDOWS = (3, 5, 7)
+_WINDOWS_TEXT = ", ".join(map(str, GENERIC_WINDOWS))
 #: Vector registers are 512 bits: 16 float32 or 8 float64 output channels per vector.
 VECTOR_BYTES = 64
 
 
-Guard = tuple[tuple[tuple[str, int], ...], int]  # Σ coeff·var + constant ≥ 0
+Size = int | sympy.Expr  # a constant of specialised code, else a size expression (generic)
+Guard = tuple[tuple[tuple[str, int], ...], Size]  # Σ coeff·var + constant ≥ 0
 
 
 @dataclass(frozen=True)
@@ -64,8 +75,8 @@ class ConvPlan:
     u: str | None  # the window tap sharing x's input subscript, unrolled (None: none)
     taps: tuple[str, ...]  # the other reduction variables, looped (outermost first)
     outer: tuple[str, ...]  # output variables looped around the call, in statement order
-    lo: tuple[tuple[str, int], ...]  # first value of f, x, u and the taps
-    extent: tuple[tuple[str, int], ...]  # trip counts of f, x, u and the taps
+    lo: tuple[tuple[str, Size], ...]  # first value of f, x, u, the taps and the groups
+    extent: tuple[tuple[str, Size], ...]  # trip counts of f, x, u and the taps
     itemsize: int  # bytes per element (4 or 8)
     offset: int  # bytes into the per-thread workspace where the packed filter lives
     # a padded convolution's guard `cond ? I·W : 0`, as conjuncts Σ coeff·var + constant ≥ 0:
@@ -75,11 +86,16 @@ class ConvPlan:
     row_guards: tuple[Guard, ...] = ()
     # group variables (in the output, the filter and the input; looped outside the call) and
     # their trip counts: the filter is packed per group
-    groups: tuple[tuple[str, int], ...] = ()
+    groups: tuple[tuple[str, Size], ...] = ()
 
     @property
     def lanes(self) -> int:
         return VECTOR_BYTES // self.itemsize
+
+    @property
+    def generic(self) -> bool:
+        """Planned without sizes: its trip counts are size expressions, known at run time."""
+        return any(not isinstance(n, int) for _, n in (*self.extent, *self.lo, *self.groups))
 
     def trips(self, var: str | None) -> int:
         return 1 if var is None else dict(self.extent)[var]
@@ -90,7 +106,10 @@ class ConvPlan:
 
     @property
     def packed_bytes(self) -> int:
-        """The filter laid out [f-block][taps][u][lanes], zero-padded past the last channel."""
+        """The filter laid out [f-block][taps][u][lanes], zero-padded past the last channel (0 in
+        a generic plan: the kernel allocates it at run time)."""
+        if self.generic:
+            return 0
         taps = math.prod(self.trips(t) for t in self.taps)
         groups = math.prod(n for _, n in self.groups)
         return groups * self.f_blocks * taps * self.trips(self.u) * self.lanes * self.itemsize
@@ -104,10 +123,15 @@ class ConvPlan:
             unrolled += (
                 f"; padding guards ({len(self.col_guards)} along {self.x}, {len(self.row_guards)} per tap)"
             )
+        packed = "sized at run time" if self.generic else f"{self.packed_bytes} bytes"
+        if self.generic and self.u is not None:
+            unrolled = unrolled.replace(
+                f"{self.u} unrolled", f"{self.u} unrolled for {_WINDOWS_TEXT}, else looped"
+            )
         return (
             f"direct convolution {self.out.tensor} += {self.inp.tensor} * {self.wt.tensor}: "
             f"{self.lanes}-lane vectors over {self.f}, {self.x} in register blocks, "
-            f"taps {taps or '-'} looped{unrolled}; filter packed per call ({self.packed_bytes} bytes)"
+            f"taps {taps or '-'} looped{unrolled}; filter packed per call ({packed})"
         )
 
 
@@ -123,10 +147,14 @@ def _match(
     out: Operand,
     inp: Operand,
     wt: Operand,
-    extent: Mapping[str, int],
-    lo: Mapping[str, int],
+    extent: Mapping[str, Size],
+    lo: Mapping[str, Size],
 ) -> ConvPlan | None:
+    """The plan of `out += inp * wt` with `wt` the filter, or None. Extents are ints (specialised)
+    or size expressions (generic): a test on an extent that is not a constant is left out (the
+    generic kernel is correct for every extent; only its speed depends on them)."""
     st = stmt.statement
+    known = {v: _known(e) for v, e in extent.items()}
     outputs = tuple(st.indices)
     reductions = tuple(v for v in st.all_indices if v not in outputs)
     wt_vars = [_plain(f) for f in wt.forms]
@@ -150,7 +178,8 @@ def _match(
     window = [
         form
         for form in inp.forms
-        if any(form.coeff(v) for v in outputs) and any(form.coeff(t) and extent[t] > 1 for t in taps_all)
+        if any(form.coeff(v) for v in outputs)
+        and any(form.coeff(t) and (known[t] is None or known[t] > 1) for t in taps_all)
     ]
     if not window:
         return None  # no window wider than one: a plain contraction (the GEMM path)
@@ -159,16 +188,17 @@ def _match(
     dims_x = [form for form in inp.forms if form.coeff(x)]
     if len(dims_x) != 1:
         return None
-    if any(dims_x[0].coeff(t) and extent[t] > extent[x] for t in taps_all):
+    if any(_above(known[t], known[x]) for t in taps_all if dims_x[0].coeff(t)):
         return None  # a window wider than the output (a weight gradient): the GEMM path
-    partners = [t for t in taps_all if dims_x[0].coeff(t) and extent[t] <= MAX_UNROLLED_TAP]
+    partners = [t for t in taps_all if dims_x[0].coeff(t) and not _above(known[t], MAX_UNROLLED_TAP)]
     u = partners[-1] if partners else None
     taps = tuple(t for t in taps_all if t != u)
     bytes_ = st.rhs.dtype.bits // 8
     lanes = VECTOR_BYTES // bytes_
-    if extent[f] < lanes // 2 or any(extent[v] <= 0 for v in st.all_indices):
+    if _above(lanes // 2, known[f]) or any(known[v] is not None and known[v] <= 0 for v in st.all_indices):
         return None  # too few channels to fill half a vector (or nothing to do)
-    if math.prod(extent[v] for v in st.all_indices) < MIN_CONTRACTION_WORK:
+    work = [known[v] for v in st.all_indices]
+    if None not in work and math.prod(work) < MIN_CONTRACTION_WORK:
         return None
     inner = (f, x, *((u,) if u else ()), *taps)
     group_extents = tuple((v, extent[v]) for v in groups)
@@ -180,11 +210,27 @@ def _match(
     )  # fmt: skip
 
 
+def _known(e: Size) -> int | None:
+    """An extent's value where it is a constant (always in specialised plans), else None."""
+    if isinstance(e, int):
+        return e
+    return int(e) if e.is_Integer else None
+
+
+def _above(a: int | None, b: int | None) -> bool:
+    """a > b, known to hold (False where either is unknown)."""
+    return a is not None and b is not None and a > b
+
+
+def _size_expr(e: sympy.Expr) -> Size:
+    e = sympy.sympify(e)
+    return int(e) if e.is_Integer else e
+
+
 def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] | None) -> ConvPlan | None:
-    """The direct-convolution plan of a body statement for these sizes, or None (`sizes` None: the
-    generic kernel, which has no direct convolution yet)."""
-    if sizes is None:
-        return None
+    """The direct-convolution plan of a body statement for these sizes, or None. `sizes` None
+    plans the generic kernel: first values, trip counts and guard constants are then size
+    expressions the kernel evaluates at run time."""
     if stmt.kind is not StatementKind.BODY or any(
         c.statement == stmt.name and c.dynamic_dims for c in scop.checks
     ):
@@ -202,19 +248,28 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] |
     out, a, b = found
     if out.tensor in (a.tensor, b.tensor):
         return None
-    lo = {r.var: compile_size_expr(r.lo)(sizes) for r in st.ranges}
-    extent = {r.var: compile_size_expr(r.hi)(sizes) - lo[r.var] for r in st.ranges}
+    if sizes is None:
+        lo = {r.var: _size_expr(r.lo) for r in st.ranges}
+        extent = {r.var: _size_expr(sympy.sympify(r.hi) - sympy.sympify(r.lo)) for r in st.ranges}
+    else:
+        lo = {r.var: compile_size_expr(r.lo)(sizes) for r in st.ranges}
+        extent = {r.var: compile_size_expr(r.hi)(sizes) - lo[r.var] for r in st.ranges}
     found = _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
     if found is None or scop.program.tensor(found.wt.tensor).role != "input":
         return None  # the filter is packed before the phase's loops: it must not change in a call
     if found.packed_bytes > MAX_PACKED_BYTES:
         return None  # one copy per thread: the GEMM path copies less
-    return found if guard is None else _guarded(found, guard, sizes, set(st.all_indices))
+    if guard is None:
+        return found
+    values = {
+        s.name: (ir.size_symbol(s.name) if sizes is None else int(sizes[s.name])) for s in scop.program.sizes
+    }
+    return _guarded(found, guard, values, set(st.all_indices))
 
 
-def _conjuncts(cond: ir.Expr, sizes: Mapping[str, int], variables: set[str]) -> list[Guard] | None:
+def _conjuncts(cond: ir.Expr, sizes: Mapping[str, Size], variables: set[str]) -> list[Guard] | None:
     """An `&&` of affine comparisons as `Σ coeff·var + constant ≥ 0` over index variables (sizes
-    substituted), or None."""
+    substituted: their values, or their symbols in a generic plan), or None."""
     if isinstance(cond, ir.Binary) and cond.op == "&&":
         lhs, rhs = _conjuncts(cond.lhs, sizes, variables), _conjuncts(cond.rhs, sizes, variables)
         return None if lhs is None or rhs is None else lhs + rhs
@@ -224,30 +279,33 @@ def _conjuncts(cond: ir.Expr, sizes: Mapping[str, int], variables: set[str]) -> 
     if a is None or b is None:
         return None
     diff: dict[str, int] = {}
-    constant = a.constant - b.constant
+    constant: Size = a.constant - b.constant
     for form, sign in ((a, 1), (b, -1)):
         for name, coeff in form.coeffs:
             if name in variables:
                 diff[name] = diff.get(name, 0) + sign * coeff
             elif name in sizes:
-                constant += sign * coeff * int(sizes[name])
+                constant = _size_expr(constant + sign * coeff * sizes[name])
             else:
                 return None
     up = tuple(sorted((n, c) for n, c in diff.items() if c))
     down = tuple((n, -c) for n, c in up)
+    neg = _size_expr(-constant)
     match cond.op:  # lhs - rhs = up + constant
         case ">=":
             return [(up, constant)]
         case ">":
-            return [(up, constant - 1)]
+            return [(up, _size_expr(constant - 1))]
         case "<=":
-            return [(down, -constant)]
+            return [(down, neg)]
         case "<":
-            return [(down, -constant - 1)]
-    return [(up, constant), (down, -constant)]
+            return [(down, _size_expr(neg - 1))]
+    return [(up, constant), (down, neg)]
 
 
-def _guarded(plan: ConvPlan, cond: ir.Expr, sizes: Mapping[str, int], variables: set[str]) -> ConvPlan | None:
+def _guarded(
+    plan: ConvPlan, cond: ir.Expr, sizes: Mapping[str, Size], variables: set[str]
+) -> ConvPlan | None:
     """The plan with the padding guard split into conjuncts along x (and u) and conjuncts over the
     outer variables and looped taps; None if a conjunct mixes the two or reads anything else."""
     conjuncts = _conjuncts(cond, sizes, variables)
@@ -259,7 +317,7 @@ def _guarded(plan: ConvPlan, cond: ir.Expr, sizes: Mapping[str, int], variables:
     for coeffs, constant in conjuncts:
         names = {n for n, _ in coeffs}
         if not names:
-            if constant < 0:
+            if not isinstance(constant, int) or constant < 0:
                 return None  # never true: no work (left to the general path)
         elif names <= along_x:
             cols.append((coeffs, constant))

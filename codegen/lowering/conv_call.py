@@ -18,6 +18,7 @@ from tensorlang.errors import InternalError
 from ..emit import values as V
 from ..emit.conv_kernel import ConvGeometry, define_conv, define_pack
 from ..planning.plan import Extent
+from .conv_generic_call import emit_generic_conv_call
 
 
 def _strides(state, tensor: str) -> list[int]:
@@ -103,6 +104,9 @@ def _pointer(
 def emit_conv_call(state, conv: ConvPlan, dtype: ScalarType) -> None:
     """O[outer, all f, all x] += Σ_taps I·W at the current outer point (the leaf being lowered).
     `state` is the kernel's lowering (LoweringState with the statement jobs)."""
+    if conv.generic:  # Options(specialize=False): sizes and strides known at run time
+        emit_generic_conv_call(state, conv, state.gemm_overwrite)
+        return
     b = state.b
     module = state.module
     g = geometry(state, conv)

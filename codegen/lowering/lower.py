@@ -7,6 +7,7 @@ import llvmlite.ir as ll
 from ..emit import values as V
 from ..planning.plan import KernelPlan, Split
 from .abi import KernelLayout, declare_phase, emit_entry
+from .conv_generic_call import release_conv_buffers
 from .gemm_call import GemmCallLowering
 from .loops import LoopLowering
 from .pipelined import PipelineLowering
@@ -41,6 +42,7 @@ class Lowering(
             if not decision.folded:  # a folded init: the next phase's GEMM stores C instead
                 self.emit_node(phase.node, {})
             self.b.ret(ll.Constant(V.I32, 0))
+        release_conv_buffers(self)  # a generic kernel's packed filters, freed before each return
         if not any(d.split is Split.GEMM_TEAM for d in self.plan.phases):
             self.emit_whole_call()  # phase number len(phases): the whole call on a team
         emit_entry(

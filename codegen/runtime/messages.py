@@ -9,7 +9,7 @@ import numpy as np
 
 from tensorlang.errors import ArgumentError
 
-from ..lowering.status import ERROR_DIVISION, ERROR_INDEX
+from ..lowering.status import ERROR_DIVISION, ERROR_INDEX, ERROR_MEMORY
 
 if TYPE_CHECKING:  # only called once the stages exist (runtime errors need the Scop's checks)
     from polyhedral import Scop
@@ -37,6 +37,10 @@ def runtime_error(name: str, scop: Scop, code: int, error: np.ndarray) -> Argume
         stmt = scop.program.statements[int(error[1])]
         return ArgumentError(
             f"{name}: integer division by zero in statement {stmt.tensor}{statement_location(stmt)}"
+        )
+    if code == ERROR_MEMORY:
+        return ArgumentError(
+            f"{name}: out of memory: {int(error[1])} bytes of scratch memory could not be allocated"
         )
     return ArgumentError(f"{name}: kernel failed with code {code}")
 

@@ -1,0 +1,447 @@
+"""emit: a GenericConv (the structure of a direct convolution) → LLVM IR whose sizes and strides are run-time arguments.
+
+The generic kernel (`Options(specialize=False)`) runs the same register-tiled direct
+convolution as the specialised one (codegen/emit/conv_kernel.py): output channels are vector
+lanes, a block of positions is held in registers, the window tap u is unrolled and every input
+element a block needs is broadcast once for all the accumulators that read it. What the
+specialised code knows as constants comes in as arguments here: the channel and position
+counts, the looped taps' trip counts and every stride. Only the structure is compiled in: the
+window width U (one function per width the caller picks at run time; other widths loop over u
+as a tap), the subscript coefficients of x and u (so which products share an input element is
+decided here, as in the specialised code) and which output dimension has unit stride.
+
+Blocks: channel blocks of `lanes` with a run-time mask on the last; position blocks of `lanes`
+in a loop, then the remaining positions as blocks of lanes/2, lanes/4, .., 1 (each taken when
+its bit of the remainder is set), so every block's width is a constant and nothing is computed
+for positions that do not exist. A padding guard along x is tested per block at run time: blocks
+inside it run the guard-free code, the others read a zero element in place of each input element
+outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from .gemm_pack import _transpose, c64, declare_intrinsic, define_function, gep, load, loop, splat, store
+from .values import F32, F64, I1, I32, I64
+
+
+@dataclass(frozen=True)
+class GenericConv:
+    """What a generic direct-convolution kernel compiles in; its sizes and strides are arguments."""
+
+    itemsize: int  # 4 or 8
+    window: int  # U, the unrolled window tap's width (1: none, or looped as the last tap)
+    taps: int  # looped taps (trip counts and input strides are arguments)
+    in_cx: int  # coefficient of x in its input subscript (the input moves in_cx·S per position)
+    in_cu: int  # coefficient of the window tap there (0: none)
+    out_f_unit: bool  # the output's stride along f is 1 (NHWC): accumulators stored as vectors
+    out_x_unit: bool  # the output's stride along x is 1 (NCHW): stored through a transpose
+    # padding guards along x, (cx, cu): cx·position + cu·u + c ≥ 0 (c an argument)
+    col_guards: tuple[tuple[int, int], ...] = ()
+    # guards per tap, (outer coefficients, tap coefficients): Σ + c ≥ 0 (c an argument)
+    row_guards: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+    outer: int = 0  # outer-variable arguments (for the row guards)
+    looped_u: bool = False  # the last looped tap is the window tap (col guards read its value)
+
+    @property
+    def lanes(self) -> int:
+        return 64 // self.itemsize
+
+    @property
+    def element(self) -> ir.Type:
+        return F32 if self.itemsize == 4 else F64
+
+    @property
+    def suffix(self) -> str:
+        return f"v{self.lanes}{'f32' if self.itemsize == 4 else 'f64'}"
+
+    def argument_names(self) -> list[str]:
+        """The i64 arguments after (i, wp, o), in order."""
+        names = ["F", "X", "S", "out_f", "out_x"]
+        names += [f"T{k}" for k in range(self.taps)] + [f"in_t{k}" for k in range(self.taps)]
+        names += [f"outer{k}" for k in range(self.outer)]
+        names += [f"row_c{k}" for k in range(len(self.row_guards))]
+        return names + [f"col_c{k}" for k in range(len(self.col_guards))]
+
+
+def _counted(b: ir.IRBuilder, count: ir.Value, carried: list, body: Callable, name: str) -> list:
+    """`for i in range(count)` with a run-time count ≥ 1 and values carried around the loop."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.loop")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name=name)
+    phis = [b.phi(v.type) for v in carried]
+    i.add_incoming(c64(0), pre)
+    for p, v in zip(phis, carried):
+        p.add_incoming(v, pre)
+    out = body(i, phis)
+    nxt = b.add(i, c64(1), flags=["nsw"])
+    end = b.block
+    i.add_incoming(nxt, end)
+    for p, v in zip(phis, out):
+        p.add_incoming(v, end)
+    b.cbranch(b.icmp_signed("<", nxt, count), head, done)
+    b.position_at_end(done)
+    return out
+
+
+def _nest(b: ir.IRBuilder, counts: list, carried: list, body: Callable, ivs=()) -> list:
+    if not counts:
+        return body(ivs, carried)
+    return _counted(
+        b, counts[0], carried, lambda i, vals: _nest(b, counts[1:], vals, body, (*ivs, i)), f"g{len(ivs)}"
+    )
+
+
+def _when(b: ir.IRBuilder, cond: ir.Value, emit: Callable[[], None], name: str) -> None:
+    """`if (cond) emit()`."""
+    then = b.append_basic_block(f"{name}.then")
+    done = b.append_basic_block(f"{name}.done")
+    b.cbranch(cond, then, done)
+    b.position_at_end(then)
+    emit()
+    b.branch(done)
+    b.position_at_end(done)
+
+
+def _dot(b: ir.IRBuilder, values, coeffs) -> ir.Value:
+    total = c64(0)
+    for v, c in zip(values, coeffs):
+        if c:
+            total = b.add(total, b.mul(v, c64(c)))
+    return total
+
+
+def _positive(b: ir.IRBuilder, values: list) -> ir.Value:
+    ok = ir.Constant(I1, 1)
+    for v in values:
+        ok = b.and_(ok, b.icmp_signed(">", v, c64(0)))
+    return ok
+
+
+def define_generic_pack(module: ir.Module, name: str, itemsize: int, taps: int, groups: int) -> ir.Function:
+    """`pack(w, wp, F, wt_f, U, wt_u, T.., wt_t.., G.., wt_g..)`: wp[groups][fb][taps][u][lane] =
+    w[groups, f = fb·lanes + lane, taps, u], 0 past the last f; nothing when a count is not
+    positive or wp is null (its allocation failed: the call reports it)."""
+    t = F32 if itemsize == 4 else F64
+    lanes = 64 // itemsize
+    names = ["F", "wt_f", "U", "wt_u", *(f"T{k}" for k in range(taps)), *(f"wt_t{k}" for k in range(taps))]
+    names += [*(f"G{k}" for k in range(groups)), *(f"wt_g{k}" for k in range(groups))]
+    tp = t.as_pointer()
+    fn = define_function(module, name, ir.VoidType(), [tp, tp] + [I64] * len(names), ["w", "wp", *names])
+    w, wp, nf, wt_f, nu, wt_u, *rest = fn.args
+    counts_t, wt_t = rest[:taps], rest[taps : 2 * taps]
+    counts_g, wt_g = rest[2 * taps : 2 * taps + groups], rest[2 * taps + groups :]
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    fblocks = b.sdiv(b.add(nf, c64(lanes - 1)), c64(lanes))
+    counts = [*counts_g, fblocks, *counts_t, nu]
+    work = b.append_basic_block("work")
+    done = b.append_basic_block("done")
+    live = b.icmp_unsigned("!=", b.ptrtoint(wp, I64), c64(0))
+    b.cbranch(b.and_(live, _positive(b, [nf, nu, *counts_t, *counts_g])), work, done)
+    b.position_at_end(work)
+
+    def body(ivs, _):
+        gs, (fb, *ts, u) = ivs[:groups], ivs[groups:]
+        dst = c64(0)
+        for i, count in zip(ivs, counts):
+            dst = b.add(b.mul(dst, count), i)
+        dst = b.mul(dst, c64(lanes))
+        base = b.add(b.add(_sum(b, gs, wt_g), _sum(b, ts, wt_t)), b.mul(u, wt_u))
+        f0 = b.mul(fb, c64(lanes))
+        for lane in range(lanes):  # constant lanes: straight-line stores into one vector
+            f = b.add(f0, c64(lane))
+            inside = b.icmp_signed("<", f, nf)
+            src = b.select(inside, b.add(base, b.mul(f, wt_f)), c64(0))  # padding lanes read w[0]
+            value = b.select(inside, load(b, gep(b, w, src), itemsize), ir.Constant(t, 0.0))
+            store(b, value, gep(b, wp, b.add(dst, c64(lane))), itemsize)
+        return []
+
+    _nest(b, counts, [], body)
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
+
+
+def _sum(b: ir.IRBuilder, ivs, strides) -> ir.Value:
+    total = c64(0)
+    for i, s in zip(ivs, strides):
+        total = b.add(total, b.mul(i, s))
+    return total
+
+
+class _Kernel:
+    """The function being emitted: its arguments and the code of one block."""
+
+    def __init__(self, module: ir.Module, fn: ir.Function, g: GenericConv, overwrite: bool):
+        self.g, self.overwrite = g, overwrite
+        self.vty = ir.VectorType(g.element, g.lanes)
+        self.vb = ir.VectorType(I1, g.lanes)
+        self.fma = declare_intrinsic(module, f"llvm.fma.{g.suffix}", self.vty, [self.vty] * 3)
+        vp = self.vty.as_pointer()
+        self.mload = declare_intrinsic(
+            module, f"llvm.masked.load.{g.suffix}.p0", self.vty, [vp, I32, self.vb, self.vty]
+        )
+        self.mstore = declare_intrinsic(
+            module, f"llvm.masked.store.{g.suffix}.p0", ir.VoidType(), [self.vty, vp, I32, self.vb]
+        )
+        zero_name = f"tl_conv_zero_{g.suffix}"
+        zero = module.globals.get(zero_name)
+        if zero is None:  # the element read in place of one outside the padding guard
+            zero = ir.GlobalVariable(module, g.element, zero_name)
+            zero.global_constant = True
+            zero.linkage = "internal"
+            zero.initializer = ir.Constant(g.element, 0.0)
+            zero.align = g.itemsize
+        self.zero = zero
+        self.i, self.wp, self.o = fn.args[:3]
+        args = dict(zip(g.argument_names(), fn.args[3:]))
+        self.args = args
+        self.counts = [args[f"T{k}"] for k in range(g.taps)]
+        self.in_taps = [args[f"in_t{k}"] for k in range(g.taps)]
+        self.outer = [args[f"outer{k}"] for k in range(g.outer)]
+        self.row_c = [args[f"row_c{k}"] for k in range(len(g.row_guards))]
+        self.col_c = [args[f"col_c{k}"] for k in range(len(g.col_guards))]
+
+    # ------------------------------------------------------------------ output
+
+    def _vload(self, b, ptr, mask) -> ir.Value:
+        p = b.bitcast(ptr, self.vty.as_pointer())
+        if mask is None:
+            return load(b, p, self.g.itemsize)
+        return b.call(self.mload, [p, ir.Constant(I32, self.g.itemsize), mask, ir.Constant(self.vty, None)])
+
+    def _vstore(self, b, value, ptr, mask) -> None:
+        p = b.bitcast(ptr, self.vty.as_pointer())
+        if mask is None:
+            store(b, value, p, self.g.itemsize)
+        else:
+            b.call(self.mstore, [value, p, ir.Constant(I32, self.g.itemsize), mask])
+
+    def _lane_mask(self, b, n) -> ir.Value:
+        """Lanes below the run-time count n."""
+        iota = ir.Constant(ir.VectorType(I64, self.g.lanes), list(range(self.g.lanes)))
+        nv = splat(b, n, ir.VectorType(I64, self.g.lanes))
+        return b.icmp_signed("<", iota, nv)
+
+    def _x_mask(self, rx: int):
+        return (
+            None if rx == self.g.lanes else ir.Constant(self.vb, [int(e < rx) for e in range(self.g.lanes)])
+        )
+
+    def _row_mask(self, b, r: int, fvalid, rx: int) -> ir.Value:
+        """Row r (channel) of an NCHW block: the block's positions if r < fvalid, else none."""
+        full = ir.Constant(self.vb, [int(e < rx) for e in range(self.g.lanes)])
+        return b.select(b.icmp_signed("<", c64(r), fvalid), full, ir.Constant(self.vb, None))
+
+    def load_output(self, b, o0, fvalid, rx: int) -> list:
+        g = self.g
+        out_f, out_x = self.args["out_f"], self.args["out_x"]
+        zero = ir.Constant(self.vty, None)
+        if self.overwrite:
+            return [zero] * rx
+        if g.out_f_unit:
+            mask = self._lane_mask(b, fvalid)
+            return [self._vload(b, gep(b, o0, b.mul(c64(j), out_x)), mask) for j in range(rx)]
+        if g.out_x_unit:
+            rows = [
+                self._vload(b, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx))
+                for r in range(g.lanes)
+            ]
+            return _transpose(b, rows)[:rx]
+        accs = []
+        for j in range(rx):
+            acc = zero
+            for r in range(g.lanes):
+                inside = b.icmp_signed("<", c64(r), fvalid)
+                at = b.select(inside, b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x)), c64(0))
+                x = b.select(inside, load(b, gep(b, o0, at), g.itemsize), ir.Constant(g.element, 0.0))
+                acc = b.insert_element(acc, x, ir.Constant(I32, r))
+            accs.append(acc)
+        return accs
+
+    def store_output(self, b, accs: list, o0, fvalid, rx: int) -> None:
+        g = self.g
+        out_f, out_x = self.args["out_f"], self.args["out_x"]
+        if g.out_f_unit:
+            mask = self._lane_mask(b, fvalid)
+            for j, acc in enumerate(accs):
+                self._vstore(b, acc, gep(b, o0, b.mul(c64(j), out_x)), mask)
+            return
+        if g.out_x_unit:
+            cols = accs + [ir.Constant(self.vty, None)] * (g.lanes - rx)
+            for r, row in enumerate(_transpose(b, cols)):
+                self._vstore(b, row, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx))
+            return
+        for j, acc in enumerate(accs):
+            for r in range(g.lanes):
+                x = b.extract_element(acc, ir.Constant(I32, r))
+                at = b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x))
+                _when(
+                    b,
+                    b.icmp_signed("<", c64(r), fvalid),
+                    lambda x=x, at=at: store(b, x, gep(b, o0, at), g.itemsize),
+                    "st",
+                )
+
+    # ------------------------------------------------------------------ one block
+
+    def block(self, b, fb, fvalid, x0, rx: int, guarded: bool, per_block) -> None:
+        """fvalid (run time) channels of block fb × rx positions at x0; `guarded`: read zero for
+        the products outside the padding guards along x."""
+        g = self.g
+        lanes, args = g.lanes, self.args
+        o0 = b.gep(self.o, [b.add(b.mul(b.mul(fb, c64(lanes)), args["out_f"]), b.mul(x0, args["out_x"]))])
+        accs = self.load_output(b, o0, fvalid, rx)
+        stride = args["S"]
+        i0 = b.gep(self.i, [b.mul(b.mul(x0, c64(g.in_cx)), stride)])  # may lie in the padding
+        wp0 = gep(b, self.wp, b.mul(fb, per_block))
+        # products (position j, window tap u) grouped by the input element they read (and, when
+        # guarded, by their guards' values, so that a group is inside or outside as one)
+        groups: dict[tuple, list[tuple[int, int]]] = {}
+        for j in range(rx):
+            for u in range(g.window):
+                key = (j * g.in_cx + u * g.in_cu,)
+                if guarded:
+                    key += tuple(cx * j + cu * u for cx, cu in g.col_guards)
+                groups.setdefault(key, []).append((j, u))
+        keys = sorted(groups)
+        offsets = [b.mul(c64(k[0]), stride) for k in keys]
+
+        def valid(key, u_value) -> ir.Value:
+            ok = ir.Constant(I1, 1)
+            for (cx, cu), value, c in zip(g.col_guards, key[1:], self.col_c):
+                total = b.add(b.add(b.mul(x0, c64(cx)), c64(value)), c)
+                if g.looped_u and cu:
+                    total = b.add(total, b.mul(u_value, c64(cu)))
+                ok = b.and_(ok, b.icmp_signed(">=", total, c64(0)))
+            return ok
+
+        fixed = [valid(k, None) for k in keys] if guarded and not g.looped_u else None
+
+        def accumulate(ivs, wp, acc):
+            i = b.gep(i0, [_sum(b, ivs, self.in_taps)])  # not inbounds: i0 may lie in the padding
+            weights = [
+                load(b, b.bitcast(gep(b, wp, c64(u * lanes)), self.vty.as_pointer()), g.itemsize)
+                for u in range(g.window)
+            ]
+            for n, key in enumerate(keys):
+                ptr = b.gep(i, [offsets[n]])
+                if guarded:
+                    ok = fixed[n] if fixed is not None else valid(key, ivs[-1])
+                    ptr = b.select(ok, ptr, self.zero)
+                x = splat(b, load(b, ptr, g.itemsize), self.vty)
+                for j, u in groups[key]:
+                    acc[j] = b.call(self.fma, [weights[u], x, acc[j]])
+            return acc
+
+        def step(ivs, vals):
+            wp, *acc = vals
+            nxt = gep(b, wp, c64(g.window * lanes))
+            if not g.row_guards:
+                return [nxt, *accumulate(ivs, wp, acc)]
+            inside = ir.Constant(I1, 1)
+            for (oc, tc), c in zip(g.row_guards, self.row_c):
+                value = b.add(_dot(b, self.outer, oc), b.add(_dot(b, ivs, tc), c))
+                inside = b.and_(inside, b.icmp_signed(">=", value, c64(0)))
+            pre = b.block
+            then = b.append_basic_block("tap")
+            done = b.append_basic_block("tap.done")
+            b.cbranch(inside, then, done)
+            b.position_at_end(then)
+            new = accumulate(ivs, wp, list(acc))
+            end = b.block
+            b.branch(done)
+            b.position_at_end(done)
+            out = [nxt]
+            for old, value in zip(acc, new):
+                phi = b.phi(old.type)
+                phi.add_incoming(old, pre)
+                phi.add_incoming(value, end)
+                out.append(phi)
+            return out
+
+        accs = _nest(b, self.counts, [wp0, *accs], step)[1:]
+        self.store_output(b, accs, o0, fvalid, rx)
+
+    def inside(self, b, x0, rx: int) -> ir.Value:
+        """Every product of the block at x0 lies inside the guards along x."""
+        g = self.g
+        ok = ir.Constant(I1, 1)
+        for (cx, cu), c in zip(g.col_guards, self.col_c):
+            total = b.add(b.add(b.mul(x0, c64(cx)), c64(min(0, cx * (rx - 1)))), c)
+            if cu < 0:  # the last window tap is the lowest
+                last = b.sub(self.counts[-1], c64(1)) if g.looped_u else c64(g.window - 1)
+                total = b.add(total, b.mul(last, c64(cu)))
+            ok = b.and_(ok, b.icmp_signed(">=", total, c64(0)))
+        return ok
+
+
+def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite: bool = False) -> ir.Function:
+    """`conv(i, wp, o, F, X, S, out_f, out_x, T.., in_t.., outer.., row_c.., col_c..)`: O[f, x] +=
+    Σ I·W over every f < F, x < X and tap (T each), with i and o at the first f, x and taps of the
+    current point, wp the packed filter (`define_generic_pack`) and S the element stride of x's
+    input dimension. `overwrite`: O = Σ I·W. Nothing happens when a count is not positive."""
+    tp = g.element.as_pointer()
+    names = g.argument_names()
+    fn = define_function(
+        module, name, ir.VoidType(), [tp, tp, tp] + [I64] * len(names), ["i", "wp", "o", *names]
+    )
+    for a in fn.args[:3]:
+        a.add_attribute("noalias")
+    k = _Kernel(module, fn, g, overwrite)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    lanes = g.lanes
+    nf, nx = k.args["F"], k.args["X"]
+    work = b.append_basic_block("work")
+    done = b.append_basic_block("done")
+    b.cbranch(_positive(b, [nf, nx, *k.counts]), work, done)
+    b.position_at_end(work)
+    taps = c64(1)
+    for count in k.counts:
+        taps = b.mul(taps, count)
+    per_block = b.mul(taps, c64(g.window * lanes))  # packed elements of one channel block
+
+    def block(fb, fvalid, x0, rx: int) -> None:
+        if not g.col_guards:
+            k.block(b, fb, fvalid, x0, rx, False, per_block)
+            return
+        whole = b.append_basic_block("whole")
+        edge = b.append_basic_block("edge")
+        joined = b.append_basic_block("joined")
+        b.cbranch(k.inside(b, x0, rx), whole, edge)
+        for target, guarded in ((whole, False), (edge, True)):
+            b.position_at_end(target)
+            k.block(b, fb, fvalid, x0, rx, guarded, per_block)
+            b.branch(joined)
+        b.position_at_end(joined)
+
+    def positions(fb, fvalid) -> None:
+        full = b.sdiv(nx, c64(lanes))
+        with loop(b, 0, full, name="xb") as xb:
+            block(fb, fvalid, b.mul(xb, c64(lanes)), lanes)
+        base = b.mul(full, c64(lanes))
+        rest = b.sub(nx, base)
+        width = lanes // 2
+        while width:  # the remainder's blocks, widest first: each a constant width
+            x0 = b.add(base, b.and_(rest, c64(lanes - 2 * width)))
+            has = b.icmp_unsigned("!=", b.and_(rest, c64(width)), c64(0))
+            _when(b, has, lambda x0=x0, width=width: block(fb, fvalid, x0, width), f"x{width}")
+            width //= 2
+
+    fblocks = b.sdiv(b.add(nf, c64(lanes - 1)), c64(lanes))
+    with loop(b, 0, fblocks, name="fb") as fb:
+        left = b.sub(nf, b.mul(fb, c64(lanes)))
+        fvalid = b.select(b.icmp_signed("<", left, c64(lanes)), left, c64(lanes))
+        positions(fb, fvalid)
+    b.branch(done)
+    b.position_at_end(done)
+    b.ret_void()
+    return fn
