@@ -78,7 +78,7 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
     kind = next((v.kind for v in given if isinstance(v, DeviceView)), None)  # None: a host call
     stream = _stream(kind, dev)
     spec = kernel.specialisation(sizes, dev.arch)
-    module = rt.load_module(dev, spec.ptx)
+    module = rt.load_module(dev, spec.ptx, spec.digest)
     _check_outputs(interface, requested, shapes, given)
     pooled: list[rt.Buffer] = []
     keep: list[object] = []  # host staging arrays alive until the copies are done

@@ -32,6 +32,7 @@ class CudaSpecialisation:
     tensors: tuple[str, ...]
     launches: tuple[tuple[str, int, int], ...]
     storage: Mapping[str, tuple[int, ...]]
+    digest: str  # the PTX's hash: its module's key (gpu/runtime.py)
 
     @staticmethod
     def of(plan, mapping, ptx: str, interface, sizes: Mapping[str, int]) -> CudaSpecialisation:
@@ -51,7 +52,9 @@ class CudaSpecialisation:
                 shape = tuple(max(e, fold.modulus) if d == fold.dim else e for d, e in enumerate(shape))
             storage[t.name] = shape
         launches = tuple((f"tl_{interface.name}_phase{p.index}", p.blocks, p.block) for p in mapping.phases)
-        return CudaSpecialisation(ptx, kernel_layout(plan.scop).tensors, launches, storage)
+        from .runtime import ptx_key
+
+        return CudaSpecialisation(ptx, kernel_layout(plan.scop).tensors, launches, storage, ptx_key(ptx))
 
 
 class CudaKernel:

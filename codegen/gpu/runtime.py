@@ -338,11 +338,16 @@ class Module:
         return found
 
 
-def load_module(dev: Device, ptx: str) -> Module:
-    """The module of this PTX on `dev`: JIT-compiled by the driver once per process and device.
-    Modules stay loaded for the life of the process (one per kernel specialisation)."""
+def ptx_key(ptx: str) -> str:
+    return hashlib.sha256(ptx.encode()).hexdigest()
+
+
+def load_module(dev: Device, ptx: str, digest: str | None = None) -> Module:
+    """The module of this PTX (whose ptx_key is `digest`, if known) on `dev`: JIT-compiled by the
+    driver once per process and device. Modules stay loaded for the life of the process (one per
+    kernel specialisation)."""
     state = _state()
-    key = (hashlib.sha256(ptx.encode()).hexdigest(), dev.ordinal)
+    key = (digest or ptx_key(ptx), dev.ordinal)
     found = state.modules.get(key)
     if found is not None:
         return found

@@ -106,12 +106,13 @@ def test_large_grid_launch_configuration() -> None:
 
 
 def test_error_record_is_claimed_once() -> None:
-    """The entry claims error[0] with a compare-and-swap; later phases check it first."""
+    """The entry claims error[0] with a compare-and-swap, then writes the details; no thread
+    reads the error word before its work (no hot address)."""
     k = tl.compile(GATHER, target="cuda")
     llvm_text = k.inspect("llvm", sizes={"V": 6, "E": 3, "B": 2})
-    assert "cmpxchg" in llvm_text and "load atomic i64" in llvm_text
+    assert "cmpxchg" in llvm_text and "load atomic" not in llvm_text
     ptx = k.inspect("ptx", sizes={"V": 6, "E": 3, "B": 2})
-    assert re.search(r"^\s*atom\.[\w.]*cas\.b64", ptx, re.M) and re.search(r"^\s*ld\.relaxed\.", ptx, re.M)
+    assert re.search(r"^\s*atom\.[\w.]*cas\.b64", ptx, re.M)
 
 
 # ---------------------------------------------------------------------------- CUDA array detection
