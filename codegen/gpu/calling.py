@@ -84,7 +84,6 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
     keep: list[object] = []  # host staging arrays alive until the copies are done
     slots: dict[str, _Slot] = {}
     results: dict[str, object] = {}
-    launched = False
     try:
         for v in views:  # producers' streams (CAI v3) first
             if v.stream is not None and v.stream != stream:
@@ -114,7 +113,6 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
         error_buf = _pooled(dev, 32, pooled)
         dev.memset(error_buf.ptr, 32, stream)
         params = pack_pointers([slots[n].ptr for n in spec.tensors], error_buf.ptr)
-        launched = True
         rt.launch_phases(dev, module, spec.launches, params, stream)
         error = np.zeros(4, np.int64)
         dev.to_host(error.ctypes.data, error_buf.ptr, 32, stream)
@@ -129,11 +127,12 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
         for t in interface.outputs:
             _write_back(slots[t.name], results, t.name)
     finally:
-        if launched:  # buffers go back to the pool only once the GPU has finished with them
-            try:
-                dev.synchronize(stream)
-            except Exception:  # noqa: BLE001 - the original error is the one to report
-                pooled = []
+        # buffers go back to the pool only once the stream is done with them (copies from the
+        # host, memsets and launches are asynchronous), also when the call failed half-way
+        try:
+            dev.synchronize(stream)
+        except Exception:  # noqa: BLE001 - the original error is the one to report
+            pooled = []  # the stream is in an unknown state: leak rather than reuse
         for buf in pooled:
             dev.release(buf)
     values = tuple(results[t.name] for t in interface.outputs)

@@ -212,10 +212,47 @@ def test_error_decoding(fake) -> None:
         runtime.check(fake, (CUresult.CUDA_ERROR_OUT_OF_MEMORY, None), "cuMemAlloc")
     assert runtime.check(fake, (CUresult.CUDA_SUCCESS, 7), "x") == 7
     assert runtime.check(fake, (CUresult.CUDA_SUCCESS,), "x") is None
-    from cuda.bindings import driver as real  # no driver library here: names from the enum
-
-    assert runtime.error_text(real, real.CUresult.CUDA_ERROR_NO_DEVICE).startswith("CUDA_ERROR_NO_DEVICE")
     assert runtime.error_text(fake, 999999).startswith("CUresult 999999")
+    real = pytest.importorskip("cuda.bindings.driver")  # without a driver library: names from the enum
+    assert runtime.error_text(real, real.CUresult.CUDA_ERROR_NO_DEVICE).startswith("CUDA_ERROR_NO_DEVICE")
+
+
+def test_real_bindings_accept_our_argument_forms() -> None:
+    """Every driver call the runtime makes, with the argument types it passes, gets past the real
+    bindings' argument conversion (a TypeError there would be our bug). Without a driver library
+    each call then fails loading it; with a GPU the calls are made for real by test_gpu_device.py."""
+    d = pytest.importorskip("cuda.bindings.driver")
+    if runtime.unavailable_reason() is None:
+        pytest.skip("a GPU is present: the device tests make these calls")
+    host = np.zeros(4, np.int64)
+    params = pack_pointers([0x1000, 0x2000], 0x3000)
+    ptr, stream = d.CUdeviceptr(0x1000), d.CUstream(0x7F0012345678)
+    attr = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+    calls = [
+        ("cuInit", 0),
+        ("cuDeviceGetCount",),
+        ("cuDeviceGet", 0),
+        ("cuDevicePrimaryCtxRetain", d.CUdevice(0)),
+        ("cuDeviceGetAttribute", attr, d.CUdevice(0)),
+        ("cuDeviceGetName", 256, d.CUdevice(0)),
+        ("cuCtxSetCurrent", d.CUcontext()),
+        ("cuMemAlloc", 256),
+        ("cuMemFree", ptr),
+        ("cuMemsetD8Async", ptr, 0, 32, stream),
+        ("cuMemcpyHtoDAsync", ptr, host.ctypes.data, 32, stream),
+        ("cuMemcpyDtoHAsync", host.ctypes.data, ptr, 32, d.CUstream(0)),
+        ("cuStreamSynchronize", stream),
+        ("cuModuleLoadDataEx", b".version 7.8\0", 0, [], []),
+        ("cuModuleGetFunction", d.CUmodule(), b"tl_f_phase0"),
+        ("cuLaunchKernel", d.CUfunction(), 4, 1, 1, 256, 1, 1, 0, stream, params.address, 0),
+        ("cuPointerGetAttribute", d.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr),
+        ("cuDriverGetVersion",),
+        ("cuGetErrorName", d.CUresult(1)),
+    ]
+    for name, *args in calls:
+        with pytest.raises(tl.TensorLangError) as info:
+            runtime.call(d, name, *args)
+        assert not isinstance(info.value.__cause__, TypeError), (name, info.value)
 
 
 def test_driver_failures_reach_the_user_as_tensorlang_errors(fake) -> None:
