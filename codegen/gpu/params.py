@@ -11,6 +11,7 @@ wrong, so the packing is checked against the PTX text in the tests (`entry_param
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,12 +34,17 @@ class KernelParams:
     this object keeps both alive until the launch has copied them (the driver copies at launch)."""
 
     kinds: tuple[str, ...]
-    values: tuple[ctypes._SimpleCData, ...]
+    values: object  # the ctypes objects holding the values
     pointers: ctypes.Array
 
     @property
     def address(self) -> int:
         return ctypes.addressof(self.pointers)
+
+
+@functools.cache
+def _array(ctype, n: int):  # ctypes array types, made once per length (making one is slow)
+    return ctype * max(1, n)
 
 
 def pack(args: Sequence[tuple[str, int | float]]) -> KernelParams:
@@ -48,13 +54,18 @@ def pack(args: Sequence[tuple[str, int | float]]) -> KernelParams:
         if kind not in _CTYPES:
             raise ValueError(f"no packing for a .param .{kind}")
         values.append(_CTYPES[kind](value))
-    pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    pointers = _array(ctypes.c_void_p, len(values))(*[ctypes.addressof(v) for v in values])
     return KernelParams(tuple(k for k, _ in args), tuple(values), pointers)
 
 
 def pack_pointers(pointers: Sequence[int], error: int) -> KernelParams:
-    """The lowering's signature: one u64 device pointer per layout tensor, then the error record."""
-    return pack([("u64", int(p)) for p in pointers] + [("u64", int(error))])
+    """The lowering's signature: one u64 device pointer per layout tensor, then the error record
+    (all 8 bytes wide: one array of values, and the address of each)."""
+    n = len(pointers) + 1
+    values = _array(ctypes.c_uint64, n)(*pointers, error)
+    base = ctypes.addressof(values)
+    cells = _array(ctypes.c_void_p, n)(*range(base, base + 8 * n, 8))
+    return KernelParams(("u64",) * n, values, cells)
 
 
 _ENTRY = re.compile(r"\.entry\s+(\w+)\s*\((.*?)\)", re.S)

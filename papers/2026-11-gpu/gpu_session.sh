@@ -10,7 +10,8 @@
 #      --quick benchmark test: step 3 runs the benchmark itself),
 #   3. papers/2026-11-gpu/run.py (full sizes; --quick when SESSION_QUICK=1),
 # each under its own time limit, everything written under $OUT (session.log, pytest.log, junit.xml,
-# bench/results.{json,md}, bench/plot.png).
+# bench/results.{json,md}, bench/plot.png). SANITIZE=1 adds a compute-sanitizer memcheck run of
+# some device tests (sanitizer.log) before the benchmark.
 set -uo pipefail
 OUT=${OUT:-/tmp/tl-gpu-session}
 mkdir -p "$OUT"
@@ -78,6 +79,15 @@ echo "== pytest -m gpu tests/gpu"
 timeout "${PYTEST_LIMIT:-240}" "$PY" -m pytest -m gpu tests/gpu -k "not test_quick_run_on_the_gpu" -q -rfEs --tb=short -p no:cacheprovider \
   --junitxml="$OUT/junit.xml" 2>&1 | tee "$OUT/pytest.log" | tail -60
 echo "  pytest rc=${PIPESTATUS[0]}  [$(elapsed) s]"
+
+if [ "${SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  # the generated code never accesses out of bounds: memcheck over a few corpus kernels and gathers
+  echo "== compute-sanitizer memcheck"
+  timeout "${SANITIZE_LIMIT:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$PY" -m pytest -m gpu tests/gpu/test_gpu_device.py -q -x -p no:cacheprovider \
+    -k "gather or matmul or softmax or conv or large" > "$OUT/sanitizer.log" 2>&1
+  rc=$?; tail -8 "$OUT/sanitizer.log"; echo "  sanitizer rc=$rc  [$(elapsed) s]"
+fi
 
 left=$(( ${SESSION_LIMIT:-570} - $(elapsed) ))
 echo "== benchmark (${left} s left)"
