@@ -97,7 +97,7 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
                     f"{name}: output {t.name} is accumulated without initialisation (+= without !) and "
                     "no out= buffer was given; it starts from zeros",
                     TensorLangWarning,
-                    stacklevel=4,
+                    stacklevel=3,  # the caller of CudaKernel.__call__
                 )
             slots[t.name], results[t.name] = _output_slot(
                 dev, t, shapes[t.name], requested.get(t.name), kind, zero, stream, pooled, keep

@@ -343,8 +343,9 @@ def test_out_and_accumulation(fake) -> None:
     buf = start.copy()
     assert k(a, out={"o": buf}) is buf
     np.testing.assert_allclose(buf, start + a, rtol=1e-6)
-    with pytest.warns(tl.TensorLangWarning, match="starts from zeros"):
+    with pytest.warns(tl.TensorLangWarning, match="starts from zeros") as caught:
         np.testing.assert_allclose(k(a), a)
+    assert caught[0].filename == __file__  # located at the user's call
     strided = np.zeros((7, 2), np.float32)[:, 0]
     k(a, out=[strided])
     np.testing.assert_allclose(strided, a)
