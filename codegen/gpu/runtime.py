@@ -79,7 +79,8 @@ def check(drv, result, what: str):
         raise TensorLangError(f"CUDA driver: {what}: unexpected result {result!r}")
     err = result[0]
     if int(err) != 0:
-        raise TensorLangError(f"CUDA driver: {what} failed: {error_text(drv, err)}")
+        hint = _FORK_HINT if _STATE.inherited else ""
+        raise TensorLangError(f"CUDA driver: {what} failed: {error_text(drv, err)}{hint}")
     values = result[1:]
     return None if not values else values[0] if len(values) == 1 else values
 
@@ -111,6 +112,10 @@ class _Process:
 
 
 _STATE = _Process(os.getpid())
+_FORK_HINT = (
+    "; this process was forked after its parent initialised CUDA, which CUDA does not support: "
+    "start workers with the 'spawn' or 'forkserver' method"
+)
 
 
 def _after_fork_in_child() -> None:
@@ -140,11 +145,8 @@ def _initialise(drv, state: _Process) -> None:
         call(drv, "cuInit", 0, what="cuInit")
     except TensorLangError as exc:
         reason = f"no usable CUDA driver or GPU: {exc}"
-        if state.inherited:
-            reason += (
-                "; this process was forked after its parent initialised CUDA, which CUDA does not "
-                "support: start workers with the 'spawn' or 'forkserver' method"
-            )
+        if state.inherited and _FORK_HINT not in reason:
+            reason += _FORK_HINT
         state.failure = reason
         raise CudaUnavailable(reason) from exc
     state.initialised = True

@@ -281,6 +281,14 @@ def test_failed_init_is_remembered_and_fork_is_named(monkeypatch) -> None:
     assert runtime.unavailable_reason().startswith("no usable CUDA driver or GPU")
 
 
+def test_driver_errors_in_a_forked_child_name_the_fork(fake, monkeypatch) -> None:
+    monkeypatch.setattr(runtime, "_STATE", runtime._Process(os.getpid(), inherited=True))
+    k = compiled(fake, GATHER, {"V": 6, "E": 3, "B": 2})
+    fake.fail["cuMemAlloc"] = CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    with pytest.raises(tl.TensorLangError, match="CUDA_ERROR_OUT_OF_MEMORY.*forked after its parent"):
+        k(rand(6, 3), np.array([1, 5], np.int32))
+
+
 def test_fork_gives_the_child_a_fresh_state(fake) -> None:
     runtime.device(0)
     parent = runtime._STATE
