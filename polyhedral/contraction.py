@@ -14,7 +14,7 @@ statement, not from pattern-matching generated code.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 import sympy
@@ -127,14 +127,23 @@ def plan_contraction(
         return None
     extent = {r.var: _extent(r, sizes) for r in st.ranges}
 
-    def best(candidates: tuple[str, ...]) -> str:
-        # the largest extent (an unknown one, a size symbol's, counts as large); among equals the
-        # later (inner, smaller-stride) variable
+    def best(candidates: tuple[str, ...], plain_first: bool = False) -> str:
+        # the largest extent; among equals the later (inner, smaller-stride) variable
+        if sizes is not None:
+            return max(candidates, key=lambda v: (extent[v], st.all_indices.index(v)))
+        # generic: an unknown extent (a size symbol's) counts as larger than any constant one;
+        # for K, among unknown ones a variable that is a whole subscript wherever it occurs comes
+        # first (a convolution's channel c, not its window offset kh in `h + kh`: windows are small)
         return max(
-            candidates, key=lambda v: (_LARGE if extent[v] is None else extent[v], st.all_indices.index(v))
+            candidates,
+            key=lambda v: (
+                _LARGE if extent[v] is None else extent[v],
+                plain_first and _plain_everywhere(v, (roles.x, roles.y)),
+                st.all_indices.index(v),
+            ),
         )
 
-    m, n, k = best(roles.m), best(roles.n), best(roles.k)
+    m, n, k = best(roles.m), best(roles.n), best(roles.k, plain_first=True)
     work = [extent[v] for v in (m, n, k)]
     if None not in work and work[0] * work[1] * work[2] < MIN_CONTRACTION_WORK:
         return None  # known small (every size, or the constant extents of a generic kernel)
@@ -147,6 +156,13 @@ def plan_contraction(
 _LARGE = 2**62
 
 
+def _plain_everywhere(var: str, operands: Sequence[Operand]) -> bool:
+    """Whether every subscript of the operands that uses `var` is `var` alone."""
+    return all(
+        f.coeffs == ((var, 1),) and f.constant == 0 for op in operands for f in op.forms if f.coeff(var)
+    )
+
+
 def _extent(r: ir.IndexRange, sizes: Mapping[str, int] | None) -> int | None:
     """A range's trip count for these sizes; with sizes None, its trip count when that is a
     constant of the source (`i in 0:3`), else None."""
@@ -157,8 +173,32 @@ def _extent(r: ir.IndexRange, sizes: Mapping[str, int] | None) -> int | None:
 
 
 def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
-    """The statement over its outer variables only; accesses become their unions over m, n, k."""
-    return project_onto_outer(stmt, (plan.m, plan.n, plan.k), plan.outer)
+    """The statement over its outer variables only; accesses become their unions over m, n, k.
+
+    One call runs at every point of the outer box, whatever the extents of m, n and k: a GEMM
+    with an empty M or N does nothing, and one with an empty K adds nothing (or, storing C
+    because its zeroing was folded into it, zeroes C). So the projected domain keeps no condition
+    on them (else a generic kernel would hide the call, and every statement sharing its region,
+    behind `if (K >= 1)`: one phase the threads cannot split), and the write covers C's box at
+    every outer point (an over-approximated write, which kills nothing: dependences only grow)."""
+    inner = [stmt.index_vars.index(v) for v in (plan.m, plan.n, plan.k)]
+    k = stmt.index_vars.index(plan.k)
+    domain, outer = stmt.domain, stmt.domain
+    for pos in inner:
+        domain = domain.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
+    for pos in range(len(stmt.index_vars)):
+        if pos not in inner:
+            outer = outer.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
+    if not domain.intersect(outer).is_equal(stmt.domain):
+        return project_onto_outer(stmt, (plan.m, plan.n, plan.k), plan.outer)  # not a box: keep it exact
+    write = stmt.write
+    relation = write.relation.drop_constraints_involving_dims(isl.dim_type.in_, k, 1)
+    widened = replace(
+        stmt,
+        domain=domain,
+        accesses=(replace(write, relation=relation, guard=domain), *stmt.reads),
+    )
+    return project_onto_outer(widened, (plan.m, plan.n, plan.k), plan.outer)
 
 
 def project_onto_outer(stmt: PolyStatement, inner: Sequence[str], outer: tuple[str, ...]) -> PolyStatement:

@@ -16,9 +16,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 import islpy as isl
-import sympy
 
-from polyhedral import Scop, StatementKind
+from polyhedral import PolyStatement, Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
 from polyhedral.convolution import ConvPlan, plan_convolutions
 from polyhedral.convolution import folded_inits as conv_folded_inits
@@ -328,9 +327,9 @@ def plan_kernel(
                 pipelines[n] = found
     excluded = set(contracted) | set(layouts) | set(folds)
     folded = set()
-    if options.optimize:  # a generic kernel's only where K's trip count is a positive constant
+    if options.optimize:
         folded = _folded_inits(scop, ast, contractions, sizes)
-    if transform:  # direct convolutions: with sizes (an empty window would leave O unzeroed)
+        # direct convolutions (a generic kernel's only where its calls run for every size)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     teams = {
         n
@@ -388,8 +387,9 @@ def _folded_inits(
     block instead (saving a pass over C and, on threads, a dispatch): the next phase holds only
     that contraction, whose calls cover exactly the cells the init zeroes — every variable looped
     around the GEMM indexes the output (a reduction variable there, as in a convolution's kh and
-    kw, would add to the same C again), its only reduction variable is the GEMM's k, and k's
-    range is not empty (else no call would run)."""
+    kw, would add to the same C again), its only reduction variable is the GEMM's k, and a call
+    runs at every outer point the init zeroes: K is not empty (else no call would run), or, in a
+    generic kernel, the projected domain keeps no condition on K (a call with K empty zeroes C)."""
     found = set()
     for n in range(len(ast.phases) - 1):
         inits, body = ast.phases[n].statements, ast.phases[n + 1].statements
@@ -405,21 +405,24 @@ def _folded_inits(
             gemm.k
         }:
             continue
-        k = st.range_of(gemm.k)
-        # a generic kernel's K is known only where its range is a constant of the source
-        trips = _known_trips(k, sizes)
-        if trips is None or trips <= 0:
-            continue
+        if sizes is not None:
+            k = st.range_of(gemm.k)
+            if compile_size_expr(k.hi)(sizes) - compile_size_expr(k.lo)(sizes) <= 0:
+                continue
+        elif not _calls_cover(init_stmt, stmt, gemm):
+            continue  # a generic kernel: the calls must run for every size, empty K included
         found.add(n)
     return found
 
 
-def _known_trips(r: ir.IndexRange, sizes: Mapping[str, int] | None) -> int | None:
-    """A range's trip count for these sizes, or (sizes None) when it is a constant of the source."""
-    if sizes is not None:
-        return compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes)
-    diff = sympy.sympify(r.hi - r.lo)
-    return int(diff) if diff.is_Integer else None
+def _calls_cover(init: PolyStatement, projected: PolyStatement, gemm: ContractionPlan) -> bool:
+    """Whether a GEMM call runs at every outer point where its init zeroes something, for every
+    size (polyhedral/contraction._project keeps no condition on m, n, k's extents)."""
+    domain = init.domain
+    for pos in sorted((init.index_vars.index(v) for v in (gemm.m, gemm.n)), reverse=True):
+        domain = domain.project_out(isl.dim_type.set, pos, 1)
+    domain = domain.set_tuple_name(projected.name)
+    return domain.is_subset(projected.domain)
 
 
 def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:
