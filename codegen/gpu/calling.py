@@ -70,6 +70,7 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
     )
     shapes = kernel.shapes(sizes)
     requested = _requested_out(interface, out)
+    _check_outputs(interface, requested, shapes, given)  # argument errors before any device work
     views = [g for g in given if isinstance(g, DeviceView)] + [
         r for r in requested.values() if isinstance(r, DeviceView)
     ]
@@ -79,7 +80,6 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
     stream = _stream(kind, dev)
     spec = kernel.specialisation(sizes, dev.arch)
     module = rt.load_module(dev, spec.ptx, spec.digest)
-    _check_outputs(interface, requested, shapes, given)
     pooled: list[rt.Buffer] = []
     keep: list[object] = []  # host staging arrays alive until the copies are done
     slots: dict[str, _Slot] = {}
