@@ -1,1 +1,1 @@
-"""gpu: KernelPlan → a CUDA grid per phase → NVPTX IR → PTX (the `target="cuda"` back end)."""
+"""gpu: KernelPlan → a CUDA grid per phase → NVPTX IR → PTX → launches through the CUDA driver API (the target="cuda" back end)."""
