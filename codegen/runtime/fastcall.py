@@ -8,9 +8,11 @@ specialisation, where each input and allocated array goes in the pointer array, 
 allocate. A call matching it (NumPy arrays of exactly the declared dtypes, C-contiguous, these
 shapes; `out=` arrays that can be written directly; no keyword sizes) then allocates the other
 outputs, fills the pointer array and
-runs the phases inline (parallel.run_inline). Only kernels whose every phase runs on the calling
-thread anyway, with no scratch memory, relayout or shared storage, and no output accumulated
-without initialisation (that warns on every call) get one: the behaviour is the full path's.
+runs the phases: inline (parallel.run_inline) when every phase runs on the calling thread anyway
+and the kernel needs no scratch memory, else through parallel.run_phases with this one pointer
+array for every thread. Only kernels with no relayout, shared storage or temporary kept in a
+thread's workspace, and no output accumulated without initialisation (that warns on every
+call) get one: the behaviour is the full path's.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .parallel import run_inline, runs_inline
+from .parallel import run_inline, run_phases, runs_inline
 from .specialise import Specialisation
 
 _BYTE = ctypes.c_char
@@ -50,7 +52,9 @@ class FastCall:
     def output_names(self) -> frozenset[str]:
         return frozenset(self.outputs)
 
-    def run(self, inputs: Sequence[np.ndarray], out: object) -> tuple[int, np.ndarray, object] | None:
+    def run(
+        self, inputs: Sequence[np.ndarray], out: object, threads: int = 1
+    ) -> tuple[int, np.ndarray, object] | None:
         """Run the kernel into `out` (as `out=` takes it), allocating the other outputs:
         (status code, error details, the result as __call__ returns it). None, having run
         nothing, when `out` needs the full path: an array that is not a C-contiguous, writable
@@ -84,7 +88,17 @@ class FastCall:
             pointers[slot] = start
             made.append(array)
         spec = self.spec
-        code, error = run_inline(spec.code.entry, pointers_address, spec.params_address, spec.plans)
+        if self.inline:
+            code, error = run_inline(spec.code.entry, pointers_address, spec.params_address, spec.plans)
+        else:  # every thread's pointer array is this one: no temporary lives in a workspace
+            code, error = run_phases(
+                spec.code.entry,
+                lambda _: pointers_address,
+                spec.params_address,
+                spec.plans,
+                threads,
+                spec.workspaces,
+            )
         self._pointer_arrays.append((pointers, pointers_address))
         result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])
         return code, error, result
@@ -124,6 +138,11 @@ class FastCall:
         return []
 
     @functools.cached_property
+    def inline(self) -> bool:
+        """Every phase on the calling thread, no scratch memory: run_inline's few steps."""
+        return runs_inline(self.spec.plans) and not self.spec.workspaces.nbytes
+
+    @functools.cached_property
     def nothing_given(self) -> tuple[None, ...]:
         return (None,) * len(self.allocations)
 
@@ -141,13 +160,7 @@ def fast_call(
 ) -> FastCall | None:
     """The FastCall of a specialisation (inputs by name; outputs and temporaries with their
     shapes and dtypes), or None when it needs the full path."""
-    if (
-        spec.layouts
-        or spec.sharing
-        or spec.contracted
-        or spec.workspaces.nbytes
-        or not runs_inline(spec.plans)
-    ):
+    if spec.layouts or spec.sharing or spec.contracted:
         return None
     slot = {name: i for i, name in enumerate(spec.buffers)}
     allocations = tuple((slot[name], shape, dtype) for name, shape, dtype in (*outputs, *temporaries))

@@ -43,6 +43,9 @@ import numpy as np
 from ..emit.gemm_team import TEAM_HEADER
 from ..lowering.status import ERROR_CANCELLED
 from ..planning.runs import PhasePlan
+from . import native_pool
+from .native_pool import current_cpu as _current_cpu
+from .native_pool import move_off as _move_off
 from .teams import Teams, whole_call_table
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -181,40 +184,12 @@ _teams = Teams()
 renew_after_fork(_teams)
 
 
-_libc_getcpu = None
-
-
-def _current_cpu() -> int:
-    """The core the calling thread runs on (-1 when unknown)."""
-    global _libc_getcpu
-    if _libc_getcpu is None:
-        try:
-            import ctypes
-
-            _libc_getcpu = ctypes.CDLL(None).sched_getcpu
-        except (OSError, AttributeError):
-            _libc_getcpu = lambda: -1  # noqa: E731
-    return _libc_getcpu()
-
-
-def _move_off(cpu: int) -> None:
-    """If the calling thread runs on `cpu`, move it to another core it may use. A woken pool
-    thread is often put on the core of the thread that woke it, which then runs its own piece
-    there: both would share one core until the scheduler balances (tens of milliseconds)."""
-    if cpu < 0 or _current_cpu() != cpu or not hasattr(os, "sched_setaffinity"):
-        return
-    allowed = os.sched_getaffinity(0)
-    if len(allowed) > 1 and cpu in allowed:
-        os.sched_setaffinity(0, allowed - {cpu})  # migrates now
-        os.sched_setaffinity(0, allowed)
-
-
 class _Claims:
     """The [lo, hi) parts of one phase's loop that its pieces take in turn: iterating gives the
     parts nobody has taken yet, one at a time (thread-safe)."""
 
     def __init__(self, parts: list[tuple[int, int]]):
-        self._parts = parts
+        self.parts = self._parts = parts
         self._next = 0
         self._lock = threading.Lock()
 
@@ -366,26 +341,33 @@ def run_phases(
         workspaces.give_back(leased)
 
 
+_tables: dict = {}  # (plans, threads) → whole_call_table's answer
+
+
 def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
     """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
     for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
     its parts taken in turn let a thread that starts late take fewer."""
-    if any(p.loop_range is not None and not p.team and p.work >= DYNAMIC_WORK for p in plans):
-        return None
-    table = whole_call_table(
-        plans,
-        threads,
-        lambda p: p.work >= MIN_PARALLEL_WORK,
-        lambda p: p.work // p.barriers >= TEAM_STEP_WORK,
-        chunks,
-        CHUNK_WORK,
-    )
+    key = (plans, threads)
+    table = _tables.get(key, False)
+    if table is False:  # the same plans give the same table: made once (a dozen µs)
+        table = None
+        if not any(p.loop_range is not None and not p.team and p.work >= DYNAMIC_WORK for p in plans):
+            table = whole_call_table(
+                plans,
+                threads,
+                lambda p: p.work >= MIN_PARALLEL_WORK,
+                lambda p: p.work // p.barriers >= TEAM_STEP_WORK,
+                chunks,
+                CHUNK_WORK,
+            )
+        if len(_tables) > 1024:
+            _tables.clear()
+        _tables[key] = table
     if table is None or not _team_busy.acquire(blocking=False):
         return None
     block = _teams.take(threads, TEAM_HEADER + table.nbytes)
-    buf, address = block
-    start = address - buf.ctypes.data + TEAM_HEADER
-    buf[start : start + table.nbytes] = table.view(np.uint8)
+    _teams.views[block[1]][TEAM_HEADER : TEAM_HEADER + table.nbytes] = table.view(np.uint8)
     return block, _team_busy
 
 
@@ -436,6 +418,27 @@ def _run_phases(
             code = entry(buffers_for(ws), params, error_ptr, plan.index, INT64_MIN, INT64_MAX, ws, cancel)
             if code:
                 return code, error
+            continue
+        native = native_pool.acquire(entry, len(pieces) - (not watched)) if len(pieces) > 1 else None
+        if native is not None:  # microseconds per dispatch instead of tens
+            if len(leased) < len(pieces):
+                leased.extend(workspaces.lease(len(pieces) - len(leased)))
+            try:
+                jobs = [
+                    (buffers_for(ws), ws, _ranges(plan, lo, hi)) for (lo, hi), (_, ws) in zip(pieces, leased)
+                ]
+                shared = claims.parts if claims is not None else None
+                code, err = native_pool.run(
+                    native, entry, params, plan.index, jobs, shared, not watched, _current_cpu()
+                )
+            finally:
+                native.busy.release()
+                if team is not None:
+                    _teams.give_back(team)
+                if busy is not None:
+                    busy.release()
+            if code:
+                return code, err
             continue
         if watch is None:
             watch = _Watch()

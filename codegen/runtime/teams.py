@@ -25,6 +25,7 @@ class Teams:
     def __init__(self):
         self._idle: list[tuple[np.ndarray, int]] = []
         self._lock = threading.Lock()
+        self.views: dict[int, np.ndarray] = {}  # aligned address of a block → its bytes from there
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
@@ -36,13 +37,15 @@ class Teams:
         nbytes = gemm_team_bytes() if nbytes is None else nbytes
         with self._lock:
             while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
-                self._idle.pop()  # made for another blocking
+                self.views.pop(self._idle.pop()[1], None)  # made for another blocking
             block = self._idle.pop() if self._idle else None
         if block is None:
             buf = np.empty(nbytes + 64, dtype=np.uint8)
-            block = (buf, (buf.ctypes.data + 63) // 64 * 64)
+            address = (buf.ctypes.data + 63) // 64 * 64
+            block = (buf, address)
+            self.views[address] = buf[address - buf.ctypes.data :]  # from the aligned start
         buf, address = block
-        header = buf[address - buf.ctypes.data :][:TEAM_HEADER].view(np.int64)
+        header = self.views[address][:TEAM_HEADER].view(np.int64)
         header[:] = 0
         header[TEAM_SIZE // 8] = threads
         return block

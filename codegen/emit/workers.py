@@ -1,0 +1,272 @@
+"""emit: the native worker threads' protocol → LLVM IR (a worker's loop, posting a piece, running one, waiting for it).
+
+A *slot* is a 64-byte-aligned block of SLOT_BYTES, one per native worker (and one for the calling
+thread's own piece), laid out in i64 words at these byte offsets:
+
+* SLOT_SEQ: the generation the caller posted (the worker watches it; a negative one: exit);
+* SLOT_DONE: the generation the worker finished (the caller watches it), on its own cache line;
+* SLOT_JOB: the piece — the kernel entry's address, its eight arguments (the lo, hi words are
+  replaced per range), then the address of a list of [lo, hi) ranges, their count, the address
+  of the i64 counter the pieces take ranges with (shared by the pieces of one loop's parts taken
+  in turn, or the slot's own), and the i32 code the piece returned.
+
+A piece takes ranges from its counter until none is left, the call's cancel word is set
+(ERROR_CANCELLED), or a range returns an error (the counter is then pushed past the end, so the
+other pieces take no more). Waits spin for a while (`readcyclecounter`), then sleep in the futex
+system call: a worker that finished a piece spins SPIN_CYCLES for the next one (back-to-back
+calls then cost no wake-up), then sleeps until posted to. No Python runs on these threads.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .gemm_pack import c64, declare_intrinsic, define_function
+from .values import I8, I32, I64
+
+I8P = I8.as_pointer()
+I32P = I32.as_pointer()
+I64P = I64.as_pointer()
+
+SLOT_SEQ = 0
+SLOT_DONE = 64
+SLOT_JOB = 128  # fn, then the entry's 8 arguments
+SLOT_RANGES = SLOT_JOB + 9 * 8  # i64*: [lo, hi) pairs
+SLOT_COUNT = SLOT_RANGES + 8  # i64: pairs in the list
+SLOT_COUNTER = SLOT_COUNT + 8  # i64*: the next pair nobody has taken yet
+SLOT_CODE = SLOT_COUNTER + 8  # i32: what the piece returned
+SLOT_CPU = SLOT_CODE + 8  # i64: the core the caller runs on (a woken worker moves off it)
+SLOT_ERROR = 256  # i64[4]: the piece's error record (the entry's `error` argument points here)
+SLOT_OWN_COUNTER = 320  # i64: the counter of the slot's own list
+SLOT_LIST = 384  # i64 pairs: the slot's own list of [lo, hi) ranges
+SLOT_BYTES = 1024
+SLOT_PAIRS = (SLOT_BYTES - SLOT_LIST) // 16
+ARG_LO, ARG_HI = 4, 5  # the entry's arguments replaced by each range
+
+# a worker spins this long (time-stamp counter cycles, ~0.3 ms at 3 GHz) for its next piece
+# before it sleeps; a waiting caller spins a tenth of it
+SPIN_CYCLES = 1_000_000
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+WAKE_ALL = 2**31 - 1
+
+WORKER = "tl_worker_main"
+POST = "tl_worker_post"
+RUN = "tl_worker_run"
+WAIT = "tl_worker_wait"
+
+
+def _word(b: ir.IRBuilder, slot, offset: int, ty: ir.Type = I64):
+    return b.bitcast(b.gep(slot, [c64(offset)], inbounds=True), ty.as_pointer())
+
+
+def _futex(module: ir.Module, b: ir.IRBuilder, nr: int, word, op: int, value, timeout) -> None:
+    _declare_syscall(module)
+    syscall = module.globals["syscall"]
+    b.call(
+        syscall,
+        [c64(nr), b.bitcast(word, I32P), ir.Constant(I32, op), b.trunc(value, I32), timeout, ir.Constant(I8P, None),
+         ir.Constant(I32, 0)],
+    )  # fmt: skip
+
+
+def _declare_syscall(module: ir.Module) -> None:
+    if "syscall" not in module.globals:
+        ir.Function(module, ir.FunctionType(I64, [I64], var_arg=True), name="syscall")
+
+
+def _pause(module: ir.Module, b: ir.IRBuilder, x86: bool) -> None:
+    if x86:
+        b.call(declare_intrinsic(module, "llvm.x86.sse2.pause", ir.VoidType(), []), [])
+
+
+def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool):
+    """Spin (at most `budget` cycles) until the acquire-loaded `word` reaches `target` (≥ when
+    `until_ge`, else ≠). Returns the last value seen."""
+    clock = declare_intrinsic(module, "llvm.readcyclecounter", I64, [])
+    start = b.call(clock, [])
+    head = b.append_basic_block("spin.head")
+    body = b.append_basic_block("spin.body")
+    out = b.append_basic_block("spin.out")
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.load_atomic(word, "acquire", 8)
+    ready = b.icmp_signed(">=", seen, target) if until_ge else b.icmp_signed("!=", seen, target)
+    b.cbranch(ready, out, body)
+    b.position_at_end(body)
+    _pause(module, b, x86)
+    elapsed = b.sub(b.call(clock, []), start)
+    b.cbranch(b.icmp_unsigned("<", elapsed, c64(budget)), head, out)
+    b.position_at_end(out)
+    return b.load_atomic(word, "acquire", 8)
+
+
+def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) -> None:
+    """Define the four external functions of the protocol in `module`:
+
+    * `i8* tl_worker_main(i8* slot)`: a worker thread's body (pthread_create's routine);
+    * `void tl_worker_post(i8* slot, i64 seq)`: publish the slot's job as generation `seq`;
+    * `i32 tl_worker_run(i8* slot)`: run the slot's piece on the calling thread, return its code;
+    * `i32 tl_worker_wait(i8* slot, i64 seq, i64 timeout_ns)`: 1 once generation `seq` is done,
+      0 if the timeout passed first (the caller looks again after running signal handlers).
+
+    `futex_nr` is the host's futex system call number, `cancelled` the code a piece returns when
+    the cancel word is set."""
+    _declare_syscall(module)
+    ts = ir.LiteralStructType([I64, I64])
+    sched_getcpu = declare_intrinsic(module, "sched_getcpu", I32, [])
+
+    # -- run: take ranges until none is left ---------------------------------------------------
+    run = define_function(module, RUN, I32, [I8P], ["slot"], linkage="external")
+    b = ir.IRBuilder(run.append_basic_block("entry"))
+    (slot,) = run.args
+    entry_ty = ir.FunctionType(I32, [I8P, I8P, I8P, I64, I64, I64, I8P, I32P])
+    fn = b.inttoptr(b.load(_word(b, slot, SLOT_JOB)), entry_ty.as_pointer())
+    args = [b.load(_word(b, slot, SLOT_JOB + 8 * (1 + i))) for i in range(8)]
+    ranges = b.inttoptr(b.load(_word(b, slot, SLOT_RANGES)), I64P)
+    count = b.load(_word(b, slot, SLOT_COUNT))
+    counter = b.inttoptr(b.load(_word(b, slot, SLOT_COUNTER)), I64P)
+    cancel = b.inttoptr(args[7], I32P)
+    head = b.append_basic_block("take")
+    check = b.append_basic_block("check")
+    call = b.append_basic_block("call")
+    finished = b.append_basic_block("finished")
+    stopped = b.append_basic_block("cancelled")
+    failed = b.append_basic_block("failed")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.atomic_rmw("add", counter, c64(1), "monotonic")
+    b.cbranch(b.icmp_signed(">=", i, count), finished, check)
+    b.position_at_end(check)
+    live = b.icmp_unsigned("!=", cancel, ir.Constant(I32P, None))
+    look = b.append_basic_block("look")
+    b.cbranch(live, look, call)
+    b.position_at_end(look)
+    flag = b.load_atomic(cancel, "monotonic", 4)
+    b.cbranch(b.icmp_signed("!=", flag, ir.Constant(I32, 0)), stopped, call)
+    b.position_at_end(call)
+    lo = b.load(b.gep(ranges, [b.mul(i, c64(2))], inbounds=True))
+    hi = b.load(b.gep(ranges, [b.add(b.mul(i, c64(2)), c64(1))], inbounds=True))
+    values = [
+        b.inttoptr(args[0], I8P), b.inttoptr(args[1], I8P), b.inttoptr(args[2], I8P), args[3], lo, hi,
+        b.inttoptr(args[6], I8P), cancel,
+    ]  # fmt: skip
+    code = b.call(fn, values)
+    b.cbranch(b.icmp_signed("!=", code, ir.Constant(I32, 0)), failed, head)
+    b.position_at_end(failed)
+    b.atomic_rmw("xchg", counter, count, "monotonic")  # the other pieces take no more ranges
+    b.ret(code)
+    b.position_at_end(stopped)
+    b.ret(ir.Constant(I32, cancelled))
+    b.position_at_end(finished)
+    b.ret(ir.Constant(I32, 0))
+
+    # -- post ------------------------------------------------------------------------------------
+    post = define_function(module, POST, ir.VoidType(), [I8P, I64], ["slot", "seq"], linkage="external")
+    b = ir.IRBuilder(post.append_basic_block("entry"))
+    slot, seq = post.args
+    word = _word(b, slot, SLOT_SEQ)
+    b.store_atomic(seq, word, "seq_cst", 8)
+    _futex(module, b, futex_nr, word, FUTEX_WAKE_PRIVATE, c64(1), ir.Constant(I8P, None))
+    b.ret_void()
+
+    # -- wait ------------------------------------------------------------------------------------
+    wait = define_function(module, WAIT, I32, [I8P, I64, I64], ["slot", "seq", "timeout"], linkage="external")
+    b = ir.IRBuilder(wait.append_basic_block("entry"))
+    slot, seq, timeout = wait.args
+    word = _word(b, slot, SLOT_DONE)
+    seen = _spin_until(module, b, word, seq, SPIN_CYCLES // 10, x86, until_ge=True)
+    ready = b.append_basic_block("ready")
+    sleep = b.append_basic_block("sleep")
+    b.cbranch(b.icmp_signed(">=", seen, seq), ready, sleep)
+    b.position_at_end(sleep)
+    spec = b.alloca(ts)
+    b.store(b.sdiv(timeout, c64(1_000_000_000)), b.gep(spec, [ir.Constant(I32, 0), ir.Constant(I32, 0)]))
+    b.store(b.srem(timeout, c64(1_000_000_000)), b.gep(spec, [ir.Constant(I32, 0), ir.Constant(I32, 1)]))
+    _futex(module, b, futex_nr, word, FUTEX_WAIT_PRIVATE, seen, b.bitcast(spec, I8P))
+    again = b.load_atomic(word, "acquire", 8)
+    b.ret(b.zext(b.icmp_signed(">=", again, seq), I32))
+    b.position_at_end(ready)
+    b.ret(ir.Constant(I32, 1))
+
+    # -- a worker's loop -------------------------------------------------------------------------
+    main = define_function(module, WORKER, I8P, [I8P], ["slot"], linkage="external")
+    entry = main.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    (slot,) = main.args
+    seq_word, done_word = _word(b, slot, SLOT_SEQ), _word(b, slot, SLOT_DONE)
+    moved = b.alloca(I32)
+    # the last generation done when the thread was made (the caller may post the next one
+    # before the new thread first looks at SLOT_SEQ)
+    first = b.load_atomic(done_word, "acquire", 8)
+    head = b.append_basic_block("idle")
+    b.branch(head)
+    b.position_at_end(head)
+    last = b.phi(I64, name="last")
+    last.add_incoming(first, entry)
+    b.store(ir.Constant(I32, 0), moved)
+    seen = _spin_until(module, b, seq_word, last, SPIN_CYCLES, x86, until_ge=False)
+    posted = b.append_basic_block("posted")
+    sleep = b.append_basic_block("sleep")
+    b.cbranch(b.icmp_signed("!=", seen, last), posted, sleep)
+    b.position_at_end(sleep)  # FUTEX_WAIT returns at once if the word moved meanwhile
+    _futex(module, b, futex_nr, seq_word, FUTEX_WAIT_PRIVATE, last, ir.Constant(I8P, None))
+    b.store(ir.Constant(I32, 1), moved)
+    recheck = b.load_atomic(seq_word, "acquire", 8)
+    b.cbranch(b.icmp_signed("!=", recheck, last), posted, sleep)
+    b.position_at_end(posted)
+    now = b.load_atomic(seq_word, "acquire", 8)
+    leave = b.append_basic_block("exit")
+    work = b.append_basic_block("work")
+    b.cbranch(b.icmp_signed("<", now, c64(0)), leave, work)
+    b.position_at_end(work)
+    # a worker woken from its sleep is often put on the core of the thread that woke it, which
+    # runs a piece there too: move to another core first (the caller wrote its core)
+    with b.if_then(b.icmp_signed("!=", b.load(moved), ir.Constant(I32, 0))):
+        caller = b.load(_word(b, slot, SLOT_CPU))
+        with b.if_then(b.icmp_signed("==", b.sext(b.call(sched_getcpu, []), I64), caller)):
+            _move_off(module, b, caller)
+    code = b.call(run, [slot])
+    b.store(code, _word(b, slot, SLOT_CODE, I32))
+    b.store_atomic(now, done_word, "seq_cst", 8)
+    _futex(
+        module, b, futex_nr, done_word, FUTEX_WAKE_PRIVATE, ir.Constant(I64, WAKE_ALL), ir.Constant(I8P, None)
+    )
+    last.add_incoming(now, b.block)
+    b.branch(head)
+    b.position_at_end(leave)
+    b.store_atomic(now, done_word, "seq_cst", 8)
+    _futex(
+        module, b, futex_nr, done_word, FUTEX_WAKE_PRIVATE, ir.Constant(I64, WAKE_ALL), ir.Constant(I8P, None)
+    )
+    b.ret(ir.Constant(I8P, None))
+
+
+CPUSET_BYTES = 128  # glibc's cpu_set_t (1024 cores)
+
+
+def _move_off(module: ir.Module, b: ir.IRBuilder, cpu) -> None:
+    """sched_setaffinity to the allowed cores less `cpu` (if any other is allowed), then back:
+    the thread migrates at once and keeps its affinity."""
+    get = declare_intrinsic(module, "sched_getaffinity", I32, [I32, I64, I8P])
+    put = declare_intrinsic(module, "sched_setaffinity", I32, [I32, I64, I8P])
+    mask_ty = ir.ArrayType(I64, CPUSET_BYTES // 8)
+    allowed = b.alloca(mask_ty)
+    other = b.alloca(mask_ty)
+    a8, o8 = b.bitcast(allowed, I8P), b.bitcast(other, I8P)
+    with b.if_then(
+        b.icmp_signed("==", b.call(get, [ir.Constant(I32, 0), c64(CPUSET_BYTES), a8]), ir.Constant(I32, 0))
+    ):
+        with b.if_then(b.icmp_unsigned("<", cpu, c64(CPUSET_BYTES * 8))):
+            rest = c64(0)
+            for w in range(CPUSET_BYTES // 8):
+                v = b.load(b.gep(allowed, [ir.Constant(I32, 0), ir.Constant(I32, w)]))
+                b.store(v, b.gep(other, [ir.Constant(I32, 0), ir.Constant(I32, w)]))
+            index = b.lshr(cpu, c64(6))
+            bit = b.shl(c64(1), b.and_(cpu, c64(63)))
+            p = b.gep(other, [ir.Constant(I32, 0), index])
+            b.store(b.and_(b.load(p), b.xor(bit, c64(-1))), p)
+            for w in range(CPUSET_BYTES // 8):
+                rest = b.or_(rest, b.load(b.gep(other, [ir.Constant(I32, 0), ir.Constant(I32, w)])))
+            with b.if_then(b.icmp_unsigned("!=", rest, c64(0))):
+                b.call(put, [ir.Constant(I32, 0), c64(CPUSET_BYTES), o8])
+                b.call(put, [ir.Constant(I32, 0), c64(CPUSET_BYTES), a8])

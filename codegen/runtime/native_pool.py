@@ -1,0 +1,321 @@
+"""runtime: pieces of a phase → native worker threads that spin for work, then sleep (a dispatch in microseconds, no Python on the workers).
+
+The Python thread pool (parallel.py) costs tens of microseconds per dispatch: a queue, a woken
+thread that must take the GIL, a future to wait on. Here each worker is a pthread running
+`tl_worker_main` (emit/workers.py) on a slot of its own; the caller writes a piece's job into a
+slot, posts it (an atomic store and a futex wake), runs its own piece through `tl_worker_run`
+(ctypes releases the GIL), then waits in `tl_worker_wait` steps of POLL_NS, so that Python runs
+signal handlers between them. A worker that finished spins about 0.3 ms for its next piece before
+it sleeps, so back-to-back calls cost no wake-up.
+
+One call uses the workers at a time (`acquire` is non-blocking: a second Python thread's call
+meanwhile takes the Python pool). Linux x86-64 and AArch64 only (the futex system call); elsewhere
+`acquire` answers None. Fork: the workers do not exist in a forked child, which starts a new pool
+on first use. At interpreter exit the workers are told to leave, and the machine code they run is
+never freed (a worker still spinning at exit must not run freed code).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import platform
+import sys
+import threading
+
+import numpy as np
+
+from ..emit.workers import (
+    POST,
+    RUN,
+    SLOT_BYTES,
+    SLOT_CODE,
+    SLOT_DONE,
+    SLOT_ERROR,
+    SLOT_JOB,
+    SLOT_LIST,
+    SLOT_OWN_COUNTER,
+    SLOT_PAIRS,
+    SLOT_RANGES,
+    SLOT_SEQ,
+    WAIT,
+    WORKER,
+)
+from ..lowering.status import ERROR_CANCELLED
+
+POLL_NS = 50_000_000  # how long a waiting caller sleeps between looks for signal handlers
+_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+
+_W = 8  # bytes per word
+_MAX_WORKERS = 64
+# the pool's header, before the slots (i64 word indices): the running call's cancel word (an i32),
+# the counter of a shared list of ranges, and that list (COMMON_PAIRS pairs fit)
+CANCEL_WORD = 0
+SHARED_COUNTER = 8
+COMMON_LIST = 128
+HEADER_BYTES = 4096
+COMMON_PAIRS = (HEADER_BYTES - COMMON_LIST) // 16
+
+
+def _supported() -> int | None:
+    """The futex system call number, or None where native workers are not used."""
+    if not sys.platform.startswith("linux") or os.environ.get("TENSORLANG_NATIVE_POOL", "1") == "0":
+        return None
+    return _FUTEX.get(platform.machine().lower())
+
+
+_libc_getcpu = None
+
+
+def current_cpu() -> int:
+    """The core the calling thread runs on (-1 when unknown)."""
+    global _libc_getcpu
+    if _libc_getcpu is None:
+        try:
+            _libc_getcpu = ctypes.CDLL(None).sched_getcpu
+        except (OSError, AttributeError):
+            _libc_getcpu = lambda: -1  # noqa: E731
+    return _libc_getcpu()
+
+
+def move_off(cpu: int) -> None:
+    """If the calling thread runs on `cpu`, move it to another core it may use. A woken pool
+    thread is often put on the core of the thread that woke it, which then runs its own piece
+    there: both would share one core until the scheduler balances (tens of milliseconds)."""
+    if cpu < 0 or current_cpu() != cpu or not hasattr(os, "sched_setaffinity"):
+        return
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) > 1 and cpu in allowed:
+        os.sched_setaffinity(0, allowed - {cpu})  # migrates now
+        os.sched_setaffinity(0, allowed)
+
+
+class _Code:
+    """The protocol's machine code (compiled once per process, never freed)."""
+
+    def __init__(self, futex_nr: int):
+        import llvmlite.ir as ir
+
+        from ..emit.workers import define_workers
+        from ..lowering.jit import _lock, compile_module, optimise
+
+        module = ir.Module(name="tl_workers")
+        x86 = platform.machine().lower() in ("x86_64", "amd64")
+        define_workers(module, futex_nr, ERROR_CANCELLED, x86)
+        with _lock:
+            ref = optimise(module)
+            self.engine, _ = compile_module(ref)
+            self.ref = ref
+            address = {n: self.engine.get_function_address(n) for n in (WORKER, POST, RUN, WAIT)}
+        vp, i64 = ctypes.c_void_p, ctypes.c_int64
+        self.worker = address[WORKER]
+        self.post = ctypes.CFUNCTYPE(None, vp, i64)(address[POST])
+        self.run = ctypes.CFUNCTYPE(ctypes.c_int32, vp)(address[RUN])
+        self.wait = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64, i64)(address[WAIT])
+
+
+_code: _Code | None = None
+_code_failed = False
+
+
+def _machine_code() -> _Code | None:
+    global _code, _code_failed
+    if _code is None and not _code_failed:
+        nr = _supported()
+        try:
+            _code = _Code(nr) if nr is not None else None
+        except Exception:  # noqa: BLE001 — no native workers: the Python pool does the work
+            _code = None
+        if _code is None:
+            _code_failed = True
+        else:  # never freed, not even when the interpreter tears its modules down
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(_code))
+    return _code
+
+
+class Pool:
+    """Native workers and their slots (slot 0 is the calling thread's own, slot i > 0 worker
+    i's); slots never move, since a worker keeps the address of its own."""
+
+    def __init__(self, code: _Code):
+        self.code = code
+        self.busy = threading.Lock()
+        self._buf = np.zeros(HEADER_BYTES + (_MAX_WORKERS + 1) * SLOT_BYTES + 64, dtype=np.uint8)
+        start = self._buf.ctypes.data
+        self.header = (start + 63) // 64 * 64  # the call's cancel word, the shared counter
+        self._base = self.header + HEADER_BYTES
+        self.all_words = self._buf[self.header - start :].view(np.int64)  # header, then the slots
+        self.threads = 0  # workers started
+        self.seq = 0
+        self._entries: dict[int, tuple] = {}  # id of a kernel entry → (entry, its address)
+
+    def slot(self, i: int) -> int:
+        return self._base + i * SLOT_BYTES
+
+    def word_base(self, i: int) -> int:
+        """The index in `all_words` of slot i's first word."""
+        return (HEADER_BYTES + i * SLOT_BYTES) // _W
+
+    def words(self, i: int) -> np.ndarray:
+        return self.all_words[self.word_base(i) : self.word_base(i + 1)]
+
+    def code_of(self, i: int) -> int:
+        return self.all_words.view(np.int32)[(self.word_base(i) * _W + SLOT_CODE) // 4]
+
+    def entry_address(self, entry) -> int:
+        """The machine address of a kernel entry (a ctypes function), remembered per entry."""
+        known = self._entries.get(id(entry))
+        if known is None or known[0] is not entry:
+            if len(self._entries) > 256:
+                self._entries.clear()
+            known = self._entries[id(entry)] = (entry, ctypes.cast(entry, ctypes.c_void_p).value)
+        return known[1]
+
+    def ranges(self, i: int, ranges, keep: list, common: bool = False) -> tuple[int, int]:
+        """(address, count) of the [lo, hi) pairs `ranges` written into slot i's list (or the
+        header's, `common`), or into an array kept in `keep` when they do not fit."""
+        count = len(ranges)
+        room = COMMON_PAIRS if common else SLOT_PAIRS
+        if count <= room:
+            at = (COMMON_LIST // _W) if common else self.word_base(i) + SLOT_LIST // _W
+            flat = [v for pair in ranges for v in pair]
+            self.all_words[at : at + 2 * count] = flat
+            return (self.header + at * _W), count
+        pairs = np.asarray(ranges, dtype=np.int64).reshape(-1)
+        keep.append(pairs)
+        return pairs.ctypes.data, count
+
+    def reserve(self, workers: int) -> bool:
+        """At least `workers` threads (call with `busy` held); False if one could not start."""
+        if workers > _MAX_WORKERS:
+            return False
+        if workers <= self.threads:
+            return True
+        libc = ctypes.CDLL(None)
+        create, detach = libc.pthread_create, libc.pthread_detach
+        create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        detach.argtypes = [ctypes.c_ulong]
+        while self.threads < workers:
+            i = self.threads + 1
+            w = self.words(i)
+            w[SLOT_SEQ // _W] = w[SLOT_DONE // _W] = self.seq
+            tid = ctypes.c_ulong()
+            if create(ctypes.byref(tid), None, self.code.worker, self.slot(i)) != 0:
+                return False
+            detach(tid.value)
+            self.threads += 1
+        return True
+
+    def stop(self) -> None:
+        """Tell every worker to leave (at interpreter exit)."""
+        self.seq += 1
+        for i in range(1, self.threads + 1):
+            self.code.post(self.slot(i), -self.seq)
+        self.threads = 0
+
+
+_pool: Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def acquire(entry, workers: int) -> Pool | None:
+    """The native pool with at least `workers` threads, its `busy` lock held by the caller, or
+    None (not supported here, another call uses it, threads could not start, or `entry` is no
+    machine-code function: a Python stand-in of the tests)."""
+    global _pool
+    if not isinstance(entry, ctypes._CFuncPtr):
+        return None
+    with _pool_lock:
+        if _pool is None:
+            code = _machine_code()
+            if code is None:
+                return None
+            _pool = Pool(code)
+        pool = _pool
+    if not pool.busy.acquire(blocking=False):
+        return None
+    if not pool.reserve(workers):
+        pool.busy.release()
+        return None
+    return pool
+
+
+def _after_fork_in_child() -> None:
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()  # its threads did not survive the fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def _leave() -> None:
+    pool = _pool
+    if pool is not None and pool.busy.acquire(timeout=1.0):
+        pool.stop()
+
+
+def run(pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline: bool, cpu: int):
+    """Run `pieces` — (buffers, workspace, ranges) each: the entry's tensor pointers and
+    workspace for that piece and the [lo, hi) calls it makes — at once, the first on the calling
+    thread when `inline`, the others on workers; with `shared` (a list of ranges) instead, every
+    piece takes calls from that one list in turn. Returns (code, error record) of the first
+    failure (one cancelled because another failed comes last), or (0, None). An interrupt sets
+    the call's cancel word and returns only once no worker runs a piece (then re-raises).
+    `cpu`: the caller's core (a worker woken onto it moves off). Per-call state lives in the
+    pool's own memory (no array is made for a call whose lists fit the slots)."""
+    address = pool.entry_address(entry)
+    words = pool.all_words
+    words[CANCEL_WORD] = 0  # i32 cancel word and padding: one i64
+    words[SHARED_COUNTER] = 0
+    keep = []
+    offset = 0 if inline else 1
+    shared_list = None
+    if shared is not None:
+        shared_list = pool.ranges(0, shared, keep, common=True)
+    for i, (buffers, ws, ranges) in enumerate(pieces):
+        slot = i + offset
+        base = pool.word_base(slot)
+        if shared_list is None:
+            pairs, count = pool.ranges(slot, ranges, keep)
+            counter = pool.slot(slot) + SLOT_OWN_COUNTER
+            words[base + SLOT_OWN_COUNTER // _W] = 0
+        else:
+            (pairs, count), counter = shared_list, pool.header + SHARED_COUNTER * _W
+        job = base + SLOT_JOB // _W
+        words[job : job + 9] = (address, buffers, params, pool.slot(slot) + SLOT_ERROR, phase, 0, 0, ws,
+                                pool.header + CANCEL_WORD * _W)  # fmt: skip
+        words[base + SLOT_RANGES // _W : base + SLOT_CODE // _W + 2] = (pairs, count, counter, 0, cpu)
+    posted = []
+    for slot in range(1, len(pieces) + offset):
+        pool.seq += 1
+        pool.code.post(pool.slot(slot), pool.seq)
+        posted.append((slot, pool.seq))
+    try:
+        codes = [pool.code.run(pool.slot(0))] if inline else []
+        for slot, seq in posted:
+            while not pool.code.wait(pool.slot(slot), seq, POLL_NS):
+                pass
+    except BaseException:
+        _cancel(pool, posted)
+        raise
+    codes += [int(pool.code_of(slot)) for slot, _ in posted]
+    failed = [(code, slot) for code, slot in zip(codes, range(offset, len(pieces) + offset)) if code]
+    for code, slot in sorted(failed, key=lambda f: f[0] == ERROR_CANCELLED):
+        base = pool.word_base(slot) + SLOT_ERROR // _W
+        return code, words[base : base + 4].copy()
+    return 0, None
+
+
+def _cancel(pool: Pool, posted: list[tuple[int, int]]) -> None:
+    """Set the cancel word and wait until no posted piece runs (interrupts swallowed)."""
+    pool.all_words.view(np.int32)[CANCEL_WORD * 2] = 1
+    for slot, seq in posted:
+        while True:
+            try:
+                if pool.code.wait(pool.slot(slot), seq, POLL_NS):
+                    break
+            except BaseException:  # noqa: BLE001 — a second interrupt: keep waiting
+                continue
