@@ -31,6 +31,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import islpy as isl
 import sympy
 
 from tensorlang import ir
@@ -329,8 +330,34 @@ def _guarded(
 
 
 def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:
-    """The statement over its outer variables only (accesses: their unions over the rest)."""
-    return project_onto_outer(stmt, [v for v, _ in plan.extent], plan.outer)
+    """The statement over its outer variables only (accesses: their unions over the rest).
+
+    One call runs at every point of the outer box, whatever the extents of f, x and the taps:
+    with no f or x it does nothing, with no taps it adds nothing (or, storing O because its
+    zeroing was folded into it, zeroes O). So where the domain is a box (the inner variables'
+    constraints apart from the outer ones'), the projection keeps no condition on the inner
+    extents: else a generic kernel would hide the call, and the statements sharing its region,
+    behind `if (C >= 1 && KH >= 1 ...)`, one phase (the zeroing could not be folded, nor the rows
+    split over threads). The write then covers O's box at every outer point (an over-approximated
+    write, which kills nothing: dependences only grow)."""
+    inner_vars = [v for v, _ in plan.extent]
+    inner = [stmt.index_vars.index(v) for v in inner_vars]
+    domain, outer = stmt.domain, stmt.domain
+    for pos in inner:
+        domain = domain.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
+    for pos in range(len(stmt.index_vars)):
+        if pos not in inner:
+            outer = outer.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
+    if not domain.intersect(outer).is_equal(stmt.domain):
+        return project_onto_outer(stmt, inner_vars, plan.outer)  # not a box: keep it exact
+    write = stmt.write
+    relation = write.relation
+    for v in (*((plan.u,) if plan.u else ()), *plan.taps):
+        relation = relation.drop_constraints_involving_dims(isl.dim_type.in_, stmt.index_vars.index(v), 1)
+    widened = replace(
+        stmt, domain=domain, accesses=(replace(write, relation=relation, guard=domain), *stmt.reads)
+    )
+    return project_onto_outer(widened, inner_vars, plan.outer)
 
 
 def plan_convolutions(
@@ -374,13 +401,26 @@ def folded_inits(scop: Scop, phases: Sequence[Sequence[str]], convs: Mapping[str
     the next phase runs alone: it can store its sums instead of adding them to O. Each call
     covers every f and x at its outer point and reduces every tap, and the init and the
     convolution are one statement (the same output box), so the calls write each zeroed cell
-    exactly once."""
+    exactly once. In a generic plan (sizes unknown) the calls must also run for every size."""
     found = set()
     for n in range(len(phases) - 1):
         inits, body = phases[n], phases[n + 1]
         if len(inits) != 1 or len(body) != 1 or body[0] not in convs:
             continue
         init, stmt = scop.statement(inits[0]), scop.statement(body[0])
-        if init.kind is StatementKind.INIT and init.position == stmt.position:
-            found.add(n)
+        if init.kind is not StatementKind.INIT or init.position != stmt.position:
+            continue
+        if convs[body[0]].generic and not _calls_cover(init, stmt, convs[body[0]]):
+            continue  # a generic kernel: a call must run wherever the init zeroes, for every size
+        found.add(n)
     return found
+
+
+def _calls_cover(init: PolyStatement, projected: PolyStatement, conv: ConvPlan) -> bool:
+    """Whether a call runs at every outer point where the init zeroes something, for every size
+    (the projection kept no condition on the extents of f, x and the taps: `_project_conv`); a
+    call storing O then zeroes it even with no taps."""
+    domain = init.domain
+    for pos in sorted((init.index_vars.index(v) for v in (conv.f, conv.x)), reverse=True):
+        domain = domain.project_out(isl.dim_type.set, pos, 1)
+    return domain.set_tuple_name(projected.name).is_subset(projected.domain)

@@ -231,28 +231,36 @@ class _Kernel:
         nv = splat(b, n, ir.VectorType(I64, self.g.lanes))
         return b.icmp_signed("<", iota, nv)
 
-    def _x_mask(self, rx: int):
-        return (
-            None if rx == self.g.lanes else ir.Constant(self.vb, [int(e < rx) for e in range(self.g.lanes)])
-        )
+    def _pos_ok(self, b, j: int, n) -> ir.Value:
+        """Position j of the block exists (n: the valid positions at run time, None: all)."""
+        return ir.Constant(I1, 1) if n is None else b.icmp_signed("<", c64(j), n)
 
-    def _row_mask(self, b, r: int, fvalid, rx: int) -> ir.Value:
-        """Row r (channel) of an NCHW block: the block's positions if r < fvalid, else none."""
-        full = ir.Constant(self.vb, [int(e < rx) for e in range(self.g.lanes)])
-        return b.select(b.icmp_signed("<", c64(r), fvalid), full, ir.Constant(self.vb, None))
+    def _row_mask(self, b, r: int, fvalid, rx: int, n) -> ir.Value:
+        """Row r (channel) of an NCHW block: the block's valid positions if r < fvalid, else none."""
+        lanes = self.g.lanes
+        xs = ir.Constant(self.vb, [int(e < rx) for e in range(lanes)]) if n is None else self._lane_mask(b, n)
+        return b.select(b.icmp_signed("<", c64(r), fvalid), xs, ir.Constant(self.vb, None))
 
-    def load_output(self, b, o0, fvalid, rx: int) -> list:
+    def _column_mask(self, b, j: int, fmask, n) -> ir.Value:
+        """Position j of an NHWC block: the valid channels if the position exists, else none."""
+        return fmask if n is None else b.select(self._pos_ok(b, j, n), fmask, ir.Constant(self.vb, None))
+
+    def load_output(self, b, o0, fvalid, rx: int, n) -> list:
+        """The accumulators: acc[j] lane r = O[f0 + r, x0 + j] (zero past fvalid and n)."""
         g = self.g
         out_f, out_x = self.args["out_f"], self.args["out_x"]
         zero = ir.Constant(self.vty, None)
         if self.overwrite:
             return [zero] * rx
         if g.out_f_unit:
-            mask = self._lane_mask(b, fvalid)
-            return [self._vload(b, gep(b, o0, b.mul(c64(j), out_x)), mask) for j in range(rx)]
+            fmask = self._lane_mask(b, fvalid)
+            return [
+                self._vload(b, b.gep(o0, [b.mul(c64(j), out_x)]), self._column_mask(b, j, fmask, n))
+                for j in range(rx)
+            ]
         if g.out_x_unit:
             rows = [
-                self._vload(b, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx))
+                self._vload(b, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx, n))
                 for r in range(g.lanes)
             ]
             return _transpose(b, rows)[:rx]
@@ -260,49 +268,52 @@ class _Kernel:
         for j in range(rx):
             acc = zero
             for r in range(g.lanes):
-                inside = b.icmp_signed("<", c64(r), fvalid)
+                inside = b.and_(b.icmp_signed("<", c64(r), fvalid), self._pos_ok(b, j, n))
                 at = b.select(inside, b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x)), c64(0))
                 x = b.select(inside, load(b, gep(b, o0, at), g.itemsize), ir.Constant(g.element, 0.0))
                 acc = b.insert_element(acc, x, ir.Constant(I32, r))
             accs.append(acc)
         return accs
 
-    def store_output(self, b, accs: list, o0, fvalid, rx: int) -> None:
+    def store_output(self, b, accs: list, o0, fvalid, rx: int, n) -> None:
         g = self.g
         out_f, out_x = self.args["out_f"], self.args["out_x"]
         if g.out_f_unit:
-            mask = self._lane_mask(b, fvalid)
+            fmask = self._lane_mask(b, fvalid)
             for j, acc in enumerate(accs):
-                self._vstore(b, acc, gep(b, o0, b.mul(c64(j), out_x)), mask)
+                self._vstore(b, acc, b.gep(o0, [b.mul(c64(j), out_x)]), self._column_mask(b, j, fmask, n))
             return
         if g.out_x_unit:
             cols = accs + [ir.Constant(self.vty, None)] * (g.lanes - rx)
             for r, row in enumerate(_transpose(b, cols)):
-                self._vstore(b, row, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx))
+                self._vstore(b, row, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx, n))
             return
         for j, acc in enumerate(accs):
             for r in range(g.lanes):
                 x = b.extract_element(acc, ir.Constant(I32, r))
                 at = b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x))
-                _when(
-                    b,
-                    b.icmp_signed("<", c64(r), fvalid),
-                    lambda x=x, at=at: store(b, x, gep(b, o0, at), g.itemsize),
-                    "st",
-                )
+                inside = b.and_(b.icmp_signed("<", c64(r), fvalid), self._pos_ok(b, j, n))
+                _when(b, inside, lambda x=x, at=at: store(b, x, gep(b, o0, at), g.itemsize), "st")
 
     # ------------------------------------------------------------------ one block
 
-    def block(self, b, fb, fvalid, x0, rx: int, guarded: bool, per_block) -> None:
-        """fvalid (run time) channels of block fb × rx positions at x0; `guarded`: read zero for
-        the products outside the padding guards along x."""
+    def block(self, b, fbs: list, x0, rx: int, guarded: bool, per_block, n=None) -> None:
+        """Consecutive channel blocks `fbs` ((block, valid channels at run time) each) × rx
+        positions at x0, of which the first n exist (n None: all); `guarded`: read zero for the
+        products outside the guards along x. Each input element is broadcast once for all the
+        blocks. The products of positions past n are computed and never stored: an element only
+        they read is read at the block's first element instead (in bounds)."""
         g = self.g
         lanes, args = g.lanes, self.args
-        o0 = b.gep(self.o, [b.add(b.mul(b.mul(fb, c64(lanes)), args["out_f"]), b.mul(x0, args["out_x"]))])
-        accs = self.load_output(b, o0, fvalid, rx)
+        outs = [
+            b.gep(self.o, [b.add(b.mul(b.mul(fb, c64(lanes)), args["out_f"]), b.mul(x0, args["out_x"]))])
+            for fb, _ in fbs
+        ]
+        blocks = [self.load_output(b, o0, fvalid, rx, n) for o0, (_, fvalid) in zip(outs, fbs)]
+        accs = [a for block in blocks for a in block]
         stride = args["S"]
         i0 = b.gep(self.i, [b.mul(b.mul(x0, c64(g.in_cx)), stride)])  # may lie in the padding
-        wp0 = gep(b, self.wp, b.mul(fb, per_block))
+        wp0 = gep(b, self.wp, b.mul(fbs[0][0], per_block))
         # products (position j, window tap u) grouped by the input element they read (and, when
         # guarded, by their guards' values, so that a group is inside or outside as one)
         groups: dict[tuple, list[tuple[int, int]]] = {}
@@ -314,6 +325,9 @@ class _Kernel:
                 groups.setdefault(key, []).append((j, u))
         keys = sorted(groups)
         offsets = [b.mul(c64(k[0]), stride) for k in keys]
+        exists = [self._pos_ok(b, min(j for j, _ in groups[k]), n) for k in keys]  # read by a position < n
+        if n is not None:
+            offsets = [b.select(ok, off, c64(0)) for ok, off in zip(exists, offsets)]
 
         def valid(key, u_value) -> ir.Value:
             ok = ir.Constant(I1, 1)
@@ -324,22 +338,35 @@ class _Kernel:
                 ok = b.and_(ok, b.icmp_signed(">=", total, c64(0)))
             return ok
 
-        fixed = [valid(k, None) for k in keys] if guarded and not g.looped_u else None
+        fixed = (
+            [b.and_(valid(k, None), ok) for k, ok in zip(keys, exists)]
+            if guarded and not g.looped_u
+            else None
+        )
+        vp = self.vty.as_pointer()
 
         def accumulate(ivs, wp, acc):
             i = b.gep(i0, [_sum(b, ivs, self.in_taps)])  # not inbounds: i0 may lie in the padding
             weights = [
-                load(b, b.bitcast(gep(b, wp, c64(u * lanes)), self.vty.as_pointer()), g.itemsize)
-                for u in range(g.window)
+                [
+                    load(
+                        b,
+                        b.bitcast(gep(b, wp, b.add(c64(u * lanes), b.mul(c64(k), per_block))), vp),
+                        g.itemsize,
+                    )
+                    for u in range(g.window)
+                ]
+                for k in range(len(fbs))
             ]
-            for n, key in enumerate(keys):
-                ptr = b.gep(i, [offsets[n]])
+            for m, key in enumerate(keys):
+                ptr = b.gep(i, [offsets[m]])
                 if guarded:
-                    ok = fixed[n] if fixed is not None else valid(key, ivs[-1])
+                    ok = fixed[m] if fixed is not None else b.and_(valid(key, ivs[-1]), exists[m])
                     ptr = b.select(ok, ptr, self.zero)
                 x = splat(b, load(b, ptr, g.itemsize), self.vty)
-                for j, u in groups[key]:
-                    acc[j] = b.call(self.fma, [weights[u], x, acc[j]])
+                for k in range(len(fbs)):
+                    for j, u in groups[key]:
+                        acc[k * rx + j] = b.call(self.fma, [weights[k][u], x, acc[k * rx + j]])
             return acc
 
         def step(ivs, vals):
@@ -368,18 +395,40 @@ class _Kernel:
                 out.append(phi)
             return out
 
-        accs = _nest(b, self.counts, [wp0, *accs], step)[1:]
-        self.store_output(b, accs, o0, fvalid, rx)
+        if not self.overwrite:  # the kernel runs only with every tap count positive
+            accs = _nest(b, self.counts, [wp0, *accs], step)[1:]
+        else:  # O = Σ I·W: zero where there are no taps
+            pre = b.block
+            run = b.append_basic_block("taps")
+            joined = b.append_basic_block("taps.done")
+            b.cbranch(self.taps_ok, run, joined)
+            b.position_at_end(run)
+            sums = _nest(b, self.counts, [wp0, *accs], step)[1:]
+            end = b.block
+            b.branch(joined)
+            b.position_at_end(joined)
+            merged = []
+            for zero, value in zip(accs, sums):
+                phi = b.phi(value.type)
+                phi.add_incoming(zero, pre)
+                phi.add_incoming(value, end)
+                merged.append(phi)
+            accs = merged
+        for k, (o0, (_, fvalid)) in enumerate(zip(outs, fbs)):
+            self.store_output(b, accs[k * rx : (k + 1) * rx], o0, fvalid, rx, n)
 
-    def inside(self, b, x0, rx: int) -> ir.Value:
-        """Every product of the block at x0 lies inside the guards along x."""
+    def inside(self, b, x0, rx: int, n=None) -> ir.Value:
+        """Every product of the block's existing positions lies inside the guards along x."""
         g = self.g
         ok = ir.Constant(I1, 1)
+        last = c64(rx - 1) if n is None else b.sub(n, c64(1))
         for (cx, cu), c in zip(g.col_guards, self.col_c):
-            total = b.add(b.add(b.mul(x0, c64(cx)), c64(min(0, cx * (rx - 1)))), c)
+            total = b.add(b.mul(x0, c64(cx)), c)
+            if cx < 0:  # the last position is the lowest
+                total = b.add(total, b.mul(last, c64(cx)))
             if cu < 0:  # the last window tap is the lowest
-                last = b.sub(self.counts[-1], c64(1)) if g.looped_u else c64(g.window - 1)
-                total = b.add(total, b.mul(last, c64(cu)))
+                tap = b.sub(self.counts[-1], c64(1)) if g.looped_u else c64(g.window - 1)
+                total = b.add(total, b.mul(tap, c64(cu)))
             ok = b.and_(ok, b.icmp_signed(">=", total, c64(0)))
         return ok
 
@@ -388,7 +437,8 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
     """`conv(i, wp, o, F, X, S, out_f, out_x, T.., in_t.., outer.., row_c.., col_c..)`: O[f, x] +=
     Σ I·W over every f < F, x < X and tap (T each), with i and o at the first f, x and taps of the
     current point, wp the packed filter (`define_generic_pack`) and S the element stride of x's
-    input dimension. `overwrite`: O = Σ I·W. Nothing happens when a count is not positive."""
+    input dimension. `overwrite`: O = Σ I·W (zero without taps). Nothing else happens when a
+    count is not positive."""
     tp = g.element.as_pointer()
     names = g.argument_names()
     fn = define_function(
@@ -402,45 +452,72 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
     nf, nx = k.args["F"], k.args["X"]
     work = b.append_basic_block("work")
     done = b.append_basic_block("done")
-    b.cbranch(_positive(b, [nf, nx, *k.counts]), work, done)
+    # storing O (its zeroing folded in) with no taps still stores zeros
+    b.cbranch(_positive(b, [nf, nx, *(() if overwrite else k.counts)]), work, done)
     b.position_at_end(work)
+    k.taps_ok = _positive(b, k.counts)
     taps = c64(1)
     for count in k.counts:
         taps = b.mul(taps, count)
     per_block = b.mul(taps, c64(g.window * lanes))  # packed elements of one channel block
 
-    def block(fb, fvalid, x0, rx: int) -> None:
+    def block(fbs: list, x0, rx: int, n=None) -> None:
         if not g.col_guards:
-            k.block(b, fb, fvalid, x0, rx, False, per_block)
+            k.block(b, fbs, x0, rx, False, per_block, n)
             return
         whole = b.append_basic_block("whole")
         edge = b.append_basic_block("edge")
         joined = b.append_basic_block("joined")
-        b.cbranch(k.inside(b, x0, rx), whole, edge)
+        b.cbranch(k.inside(b, x0, rx, n), whole, edge)
         for target, guarded in ((whole, False), (edge, True)):
             b.position_at_end(target)
-            k.block(b, fb, fvalid, x0, rx, guarded, per_block)
+            k.block(b, fbs, x0, rx, guarded, per_block, n)
             b.branch(joined)
         b.position_at_end(joined)
 
-    def positions(fb, fvalid) -> None:
-        full = b.sdiv(nx, c64(lanes))
-        with loop(b, 0, full, name="xb") as xb:
-            block(fb, fvalid, b.mul(xb, c64(lanes)), lanes)
-        base = b.mul(full, c64(lanes))
-        rest = b.sub(nx, base)
-        width = lanes // 2
-        while width:  # the remainder's blocks, widest first: each a constant width
-            x0 = b.add(base, b.and_(rest, c64(lanes - 2 * width)))
-            has = b.icmp_unsigned("!=", b.and_(rest, c64(width)), c64(0))
-            _when(b, has, lambda x0=x0, width=width: block(fb, fvalid, x0, width), f"x{width}")
-            width //= 2
+    def channel(fb):
+        """(block, its valid channels)."""
+        left = b.sub(nf, b.mul(fb, c64(lanes)))
+        return fb, b.select(b.icmp_signed("<", left, c64(lanes)), left, c64(lanes))
 
     fblocks = b.sdiv(b.add(nf, c64(lanes - 1)), c64(lanes))
+    full = b.sdiv(nx, c64(lanes))
+    # blocks of `lanes` positions, channel blocks outside: one block's packed filter is reused by
+    # every position block
     with loop(b, 0, fblocks, name="fb") as fb:
-        left = b.sub(nf, b.mul(fb, c64(lanes)))
-        fvalid = b.select(b.icmp_signed("<", left, c64(lanes)), left, c64(lanes))
-        positions(fb, fvalid)
+        with loop(b, 0, full, name="xb") as xb:
+            block([channel(fb)], b.mul(xb, c64(lanes)), lanes)
+    # the rest (0 < rest < lanes positions) as one block as wide as the next power of two, of
+    # which `rest` positions exist, so that the filter streams once more, not once per bit; each
+    # over several channel blocks at once, so that enough independent accumulators hide the FMA
+    # latency (accumulators and weight vectors within the 32 vector registers)
+    x0 = b.mul(full, c64(lanes))
+    rest = b.sub(nx, x0)
+
+    def tail(width: int) -> None:
+        together = max(1, 31 // (width + g.window))
+        runs = b.sdiv(fblocks, c64(together))
+        with loop(b, 0, runs, name=f"fr{width}") as run:
+            first = b.mul(run, c64(together))
+            block([channel(b.add(first, c64(n))) for n in range(together)], x0, width, rest)
+        if together > 1:
+            with loop(b, b.mul(runs, c64(together)), fblocks, name=f"fl{width}") as fb:
+                block([channel(fb)], x0, width, rest)
+
+    width = lanes
+    while width:
+        lower = width // 2  # rest in (lower, width]: this width
+        if lower:
+            wide = b.append_basic_block(f"rest{width}")
+            narrow = b.append_basic_block(f"rest.le{lower}")
+            b.cbranch(b.icmp_signed(">", rest, c64(lower)), wide, narrow)
+            b.position_at_end(wide)
+            tail(width)
+            b.branch(done)
+            b.position_at_end(narrow)
+        else:
+            _when(b, b.icmp_signed(">", rest, c64(0)), lambda: tail(1), "rest1")
+        width = lower
     b.branch(done)
     b.position_at_end(done)
     b.ret_void()

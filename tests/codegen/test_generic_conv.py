@@ -253,3 +253,19 @@ def test_large_matches_specialised(threads):
         args = _args(rng, shapes)
         want = tl.compile(src, options=tl.Options(threads=threads))(*args)
         _close(generic(src, threads)(*args), want)
+
+
+def test_zeroing_is_folded_into_the_generic_kernel():
+    """`+=!` on its own: the generic kernel stores its sums (no zeroing pass), for every size:
+    with no input channels the calls still run and store zeros; old values never leak."""
+    k = generic(NCHW, 2)
+    assert "no zeroing pass" in _generic_plan(k)
+    rng = np.random.default_rng(12)
+    for shapes in (
+        [(2, 4, 7, 22), (12, 4, 3, 3)],
+        [(1, 0, 5, 9), (9, 0, 2, 3)],
+        [(1, 3, 6, 17), (20, 3, 3, 3)],
+    ):
+        x, w = _args(rng, shapes)
+        for _ in range(2):  # reused output buffers
+            _close(k(x, w), conv_np(x, w))
