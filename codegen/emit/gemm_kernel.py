@@ -25,6 +25,10 @@ from .values import I1, I8, I32, I64
 
 I8P = I8.as_pointer()
 I32P = I32.as_pointer()
+# compute tasks per thread and stage of a GEMM team: a thread that finishes its last task waits
+# for the others' at the stage's end (the next panel of B overwrites this one), up to a task's
+# time, so smaller tasks waste less; each task packs its own block of A (no extra work)
+TASKS_PER_THREAD = 8
 
 _TYPES = {"float32": (ir.FloatType(), 4, "f32"), "float64": (ir.DoubleType(), 8, "f64")}
 
@@ -332,8 +336,9 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
             ticket, done = counter(TEAM_TICKET), counter(TEAM_DONE)
             threads = b.load(counter(TEAM_SIZE))
             bp = b.bitcast(b.gep(team, [c64(TEAM_PANEL)], inbounds=True), tp)
-            # rows per compute task: about four tasks per thread, MR-aligned, at most MC
-            per = b.sdiv(b.add(M, b.sub(b.mul(threads, c64(4)), c64(1))), b.mul(threads, c64(4)))
+            # rows per compute task: about TASKS_PER_THREAD tasks per thread, MR-aligned, at most MC
+            share = b.mul(threads, c64(TASKS_PER_THREAD))
+            per = b.sdiv(b.add(M, b.sub(share, c64(1))), share)
             per = b.mul(b.sdiv(b.add(per, c64(cfg.mr - 1)), c64(cfg.mr)), c64(cfg.mr))
             rows = imin(b, c64(cfg.mc), b.select(b.icmp_signed("<", per, c64(cfg.mr)), c64(cfg.mr), per))
             tasks_m = b.sdiv(b.add(M, b.sub(rows, c64(1))), rows)

@@ -36,6 +36,7 @@ SLOT_COUNT = SLOT_RANGES + 8  # i64: pairs in the list
 SLOT_COUNTER = SLOT_COUNT + 8  # i64*: the next pair nobody has taken yet
 SLOT_CODE = SLOT_COUNTER + 8  # i32: what the piece returned
 SLOT_CPU = SLOT_CODE + 8  # i64: the core the caller runs on (a woken worker moves off it)
+SLOT_SLEEPS = SLOT_CPU + 8  # i64: how often the worker slept (for tests and measurements)
 SLOT_ERROR = 256  # i64[4]: the piece's error record (the entry's `error` argument points here)
 SLOT_OWN_COUNTER = 320  # i64: the counter of the slot's own list
 SLOT_LIST = 384  # i64 pairs: the slot's own list of [lo, hi) ranges
@@ -209,6 +210,8 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     sleep = b.append_basic_block("sleep")
     b.cbranch(b.icmp_signed("!=", seen, last), posted, sleep)
     b.position_at_end(sleep)  # FUTEX_WAIT returns at once if the word moved meanwhile
+    sleeps = _word(b, slot, SLOT_SLEEPS)
+    b.store(b.add(b.load(sleeps), c64(1)), sleeps)
     _futex(module, b, futex_nr, seq_word, FUTEX_WAIT_PRIVATE, last, ir.Constant(I8P, None))
     b.store(ir.Constant(I32, 1), moved)
     recheck = b.load_atomic(seq_word, "acquire", 8)

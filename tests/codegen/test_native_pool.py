@@ -1,0 +1,152 @@
+"""Native worker threads (runtime/native_pool.py, emit/workers.py): split phases give the same results as one thread, errors and cancels come back, concurrent calls fall back to the Python pool."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import codegen.runtime.parallel
+import tensorlang as tl
+from codegen.emit.workers import SLOT_SLEEPS
+from codegen.runtime import native_pool
+
+pytestmark = pytest.mark.skipif(
+    native_pool._supported() is None, reason="native workers: Linux x86-64/AArch64"
+)
+
+MM = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+BMM = "def b(float(B, M, K) X, float(B, K, N) Y) -> (Z) { Z(b, m, n) +=! X(b, m, k) * Y(b, k, n) }"
+CONV = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }"
+ADD = "def add(float(N) A, float(N) B) -> (C) { C(i) = A(i) + B(i) }"
+GATHER = "def g(float(N) T, int32(M) I) -> (O) { O(i) = T(I(i)) }"
+
+
+def _inputs(shapes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, size=s).astype(np.float32) for s in shapes]
+
+
+def _both(src, inputs, threads=(1, 2)):
+    return [tl.compile(src, options=tl.Options(threads=t))(*inputs) for t in threads]
+
+
+@pytest.mark.parametrize(
+    "m,k,n", [(1, 1, 1), (7, 13, 1), (1, 127, 7), (13, 7, 127), (127, 131, 61), (257, 7, 13)]
+)
+def test_gemm_on_native_workers_is_bitwise_one_threads(m, k, n, monkeypatch):
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)  # split even tiny GEMMs
+    A, B = _inputs([(m, k), (k, n)])
+    one, two, seven = _both(MM, [A, B], threads=(1, 2, 7))
+    np.testing.assert_array_equal(two, one)
+    np.testing.assert_array_equal(seven, one)
+    np.testing.assert_allclose(one, A @ B, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 7, 13, 5), (13, 1, 127, 7)])
+def test_split_outer_loops_on_native_workers(shape, monkeypatch):
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    b, m, k, n = shape
+    X, Y = _inputs([(b, m, k), (b, k, n)])
+    one, two = _both(BMM, [X, Y])
+    np.testing.assert_array_equal(two, one)
+    a, c = _inputs([(1009,), (1009,)])
+    one, two = _both(ADD, [a, c])
+    np.testing.assert_array_equal(two, a + c)
+
+
+def test_direct_convolution_on_native_workers(monkeypatch):
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    image, weights = _inputs([(2, 17, 13, 11), (19, 17, 3, 3)])
+    one, two = _both(CONV, [image, weights])
+    np.testing.assert_array_equal(two, one)
+
+
+def test_workers_are_used_and_spin_between_calls(monkeypatch):
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    A, B = _inputs([(64, 64), (64, 64)])
+    k = tl.compile(MM, options=tl.Options(threads=2))
+    k(A, B)
+    pool = native_pool._pool
+    assert pool is not None and pool.threads >= 1
+    seq = pool.seq
+    for _ in range(20):
+        np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    assert pool.seq >= seq + 20  # every call posted to a worker
+    assert all(int(pool.words(i)[SLOT_SLEEPS // 8]) >= 0 for i in range(1, pool.threads + 1))
+
+
+def test_an_error_in_a_worker_piece_reaches_the_caller(monkeypatch):
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    k = tl.compile(GATHER, options=tl.Options(threads=2))
+    T = np.arange(10, dtype=np.float32)
+    index = np.zeros(4001, dtype=np.int32)
+    index[3999] = 10  # in the second thread's half
+    with pytest.raises(tl.ArgumentError, match="I"):
+        k(T, index)
+    index[3999] = 9
+    np.testing.assert_array_equal(k(T, index), T[index])  # the pool works after a failed call
+
+
+def test_calls_from_several_python_threads_at_once(monkeypatch):
+    """One call holds the native workers; the others meanwhile take the Python pool."""
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    k = tl.compile(MM, options=tl.Options(threads=2))
+    problems = [_inputs([(37, 29), (29, 41)], seed=s) for s in range(6)]
+    want = [k(A, B) for A, B in problems]
+    failures = []
+
+    def work(i):
+        A, B = problems[i]
+        for _ in range(30):
+            if not np.array_equal(k(A, B), want[i]):
+                failures.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(problems))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+
+
+def test_cancel_word_stops_pieces_before_they_start():
+    """A piece whose call's cancel word is set returns ERROR_CANCELLED without running."""
+    from codegen.lowering.status import ERROR_CANCELLED
+
+    code = native_pool._machine_code()
+    pool = native_pool.Pool(code)  # no worker threads: slot 0 only, run on this thread
+    words = pool.all_words
+    words[native_pool.CANCEL_WORD] = 1
+    base = pool.word_base(0)
+    from codegen.emit.workers import SLOT_COUNT, SLOT_COUNTER, SLOT_JOB, SLOT_OWN_COUNTER, SLOT_RANGES
+
+    pairs = np.array([0, 1], dtype=np.int64)
+    words[base + SLOT_JOB // 8 + 8] = pool.header + native_pool.CANCEL_WORD * 8  # the cancel argument
+    words[base + SLOT_RANGES // 8] = pairs.ctypes.data
+    words[base + SLOT_COUNT // 8] = 1
+    words[base + SLOT_COUNTER // 8] = pool.slot(0) + SLOT_OWN_COUNTER
+    words[base + SLOT_OWN_COUNTER // 8] = 0
+    assert code.run(pool.slot(0)) == ERROR_CANCELLED  # the entry (address 0) is never called
+
+
+def test_switched_off_by_the_environment():
+    script = (
+        "import numpy as np, tensorlang as tl, codegen.runtime.parallel as p\n"
+        "from codegen.runtime import native_pool\n"
+        "p.MIN_PARALLEL_WORK = 0\n"
+        "k = tl.compile('def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }',"
+        " options=tl.Options(threads=2))\n"
+        "A = np.ones((33, 17), np.float32)\n"
+        "assert np.array_equal(k(A, A.T.copy()), A @ A.T)\n"
+        "assert native_pool._pool is None\n"
+    )
+    env = dict(os.environ, TENSORLANG_NATIVE_POOL="0")
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
