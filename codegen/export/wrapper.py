@@ -238,7 +238,7 @@ class EntryBuilder:
         # byte counts first, so that a size error returns before anything is allocated
         nbytes = {t.name: self.tensor_bytes(emit, t) for t in own}
         for n, f in plan.folded.items():  # stored modulo: constant sizes (specialised plans only)
-            nbytes[n] = c64(f.folded_bytes)
+            nbytes[n] = c64(f.allocated_bytes)
         for t in program.outputs:  # negative or overflowing output extents are size errors too
             self.tensor_bytes(emit, t)
         params = b.alloca(V.I64, c64(max(1, len(layout.params))))

@@ -11,15 +11,16 @@ from ..emit import values as V
 from ..planning.astgen import contains_loop
 from ..planning.plan import Split
 from .abi import poll_cancel
-from .state import LoweringState
+from .row_vectors import RowVectorLowering
 
 # iterations of an unsplit phase's only loop between two polls of the cancel word
 POLL_BLOCK = 1 << 16
 
 
-class LoopLowering(LoweringState):
+class LoopLowering(RowVectorLowering):
     """The loop nest of a phase; leaves go to StatementLowering, a pipelined outer loop to
-    PipelineLowering, prefetches to PrefetchLowering."""
+    PipelineLowering, prefetches to PrefetchLowering, innermost loops that run as explicit
+    vectors to RowVectorLowering."""
 
     def emit_node(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         t = node.get_type()
@@ -118,6 +119,11 @@ class LoopLowering(LoweringState):
             if poll and not footprints and not contains_loop(node.for_get_body()):
                 self._emit_polled_innermost_for(node, name, init, env, restricted)
                 return
+            if not (poll or footprints) and not contains_loop(node.for_get_body()):
+                row = self.row_plan(node, name)
+                if row is not None:
+                    self.emit_row_vector_for(node, name, init, env, row, restricted)
+                    return
             init, iv, exit_, _ = self._open_loop(node, name, init, env, restricted, poll=poll)
             inner = {**env, name: iv}
             inc = self.ast_expr(node.for_get_inc(), inner)
@@ -130,6 +136,22 @@ class LoopLowering(LoweringState):
             b.position_at_end(exit_)
         finally:
             self.loop_depth -= 1
+
+    def emit_plain_for(
+        self, node: isl.AstNode, name: str, init: ll.Value, env: dict[str, ll.Value], end: ll.Value
+    ) -> None:
+        """The innermost for loop `node` of unit step, from `init` while below `end` (its own
+        bound, or a thread's part of it), with no polls and no prefetches."""
+        b = self.b
+        _, body, exit_, iv = self._loop_head(name, init)
+        b.cbranch(b.icmp_signed("<", iv, end), body, exit_)
+        b.position_at_end(body)
+        inner = {**env, name: iv}
+        inc = self.ast_expr(node.for_get_inc(), inner)
+        self.emit_node(node.for_get_body(), inner)
+        iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+        b.branch(iv.parent)
+        b.position_at_end(exit_)
 
     def _emit_polled_innermost_for(
         self, node: isl.AstNode, name: str, init: ll.Value, env: dict[str, ll.Value], restricted: bool

@@ -97,7 +97,8 @@ class StatementLowering(LoweringState):
     def element_strides(self, tensor: str) -> list[ll.Value]:
         """The stride in elements of each (logical) dimension of `tensor`'s storage: row-major,
         in the storage order of a relayout if it has one, 0 along a contracted dimension, and
-        with a folded dimension's extent its modulus (`address` takes the index modulo it)."""
+        with a folded dimension's extent its modulus (`address` takes the index modulo it) and a
+        folded temporary's padded rows their pitch."""
         b = self.b
         rank = self.program.tensor(tensor).rank
         order = self.layouts.get(tensor, tuple(range(rank)))  # storage position → logical dim
@@ -109,11 +110,11 @@ class StatementLowering(LoweringState):
             if contracted is not None and d == contracted.dim:
                 continue  # one slice stored: the index along this dimension does not move
             strides[d] = running
-            extent = (
-                ll.Constant(V.I64, fold.modulus)
-                if fold is not None and d == fold.dim
-                else self.extent(tensor, d)
-            )
+            extent = self.extent(tensor, d)
+            if fold is not None and d == fold.dim:
+                extent = ll.Constant(V.I64, fold.modulus)
+            elif fold is not None and fold.pitch is not None and d == rank - 1:
+                extent = ll.Constant(V.I64, fold.pitch)  # rows padded to a whole cache line
             running = b.mul(running, extent, flags=["nsw"])
         return strides
 

@@ -23,7 +23,7 @@ import llvmlite.ir as ll
 
 from ..emit import values as V
 from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_DONE, TEAM_CHUNK_TICKET, TEAM_SIZE
-from ..planning.astgen import unwrap
+from ..planning.astgen import contains_loop, unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
 from .barrier import define_claim, define_wait, mark_aborted
 from .state import LoweringState
@@ -165,6 +165,10 @@ class TeamLowering(LoweringState):
             self.lo, self.hi = start(k), start(b.add(k, ll.Constant(V.I64, 1)))
             self.loop_depth += 1
             try:
+                row = None if contains_loop(node.for_get_body()) else self.row_plan(node, name)
+                if row is not None:  # an innermost loop of neighbours: row vectors (row_vectors.py)
+                    self.emit_row_vector_for(node, name, init, env, row, restricted=True)
+                    return
                 _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=True)
                 inner = {**env, name: iv}
                 inc = self.ast_expr(node.for_get_inc(), inner)

@@ -43,6 +43,23 @@ from tensorlang import ir
 #: planes further back than the recurrence itself needs more than distance + 1 slots).
 EXTRA_SLOTS = 2
 
+#: Rows of a folded temporary's last dimension at least this long (bytes) whose length is not a
+#: multiple of ROW_ALIGN are padded to one, so that every row starts at the same offset in a
+#: cache line: jacobi's rows i-1, i and i+1 then load as aligned vectors (lowering/row_vectors.py;
+#: 1000-float rows: 4.5 against 6.7 ms a 1000^2 x 100 sweep, README). Logical shape unchanged.
+ROW_ALIGN = 64
+MIN_PADDED_ROW = 256
+
+
+def padded_pitch(shape: Sequence[int], dim: int, itemsize: int) -> int | None:
+    """The padded extent of the last dimension of a temporary folded along `dim`, or None."""
+    if len(shape) < 2 or dim == len(shape) - 1:
+        return None
+    row = shape[-1] * itemsize
+    if row < MIN_PADDED_ROW or row % ROW_ALIGN == 0 or ROW_ALIGN % itemsize:
+        return None
+    return -(-row // ROW_ALIGN) * ROW_ALIGN // itemsize
+
 
 @dataclass(frozen=True)
 class FoldedTemporary:
@@ -55,10 +72,17 @@ class FoldedTemporary:
     folded_bytes: int
     full_bytes: int
     label: str  # how the sources name the dimension (the index variable writing it), for reports
+    row: int | None = None  # the last dimension's extent, when its rows are padded ...
+    pitch: int | None = None  # ... to this many elements (None: not padded)
 
     @property
     def saved_bytes(self) -> int:
         return self.full_bytes - self.folded_bytes
+
+    @property
+    def allocated_bytes(self) -> int:
+        """The bytes allocated: the folded planes, with their rows padded to the pitch."""
+        return self.folded_bytes if self.pitch is None else self.folded_bytes // self.row * self.pitch
 
     def storage_shape(self, shape: Sequence[int]) -> tuple[int, ...]:
         return tuple(self.modulus if d == self.dim else e for d, e in enumerate(shape))
@@ -68,6 +92,7 @@ class FoldedTemporary:
             f"// {self.tensor}: folded modulo {self.modulus} along dimension {self.dim} ({self.label}): "
             f"{self.modulus} of {self.extent} planes, {self.folded_bytes} of {self.full_bytes} bytes "
             f"(saves {self.saved_bytes / 2**20:.2f} MiB)"
+            + (f"; rows padded from {self.row} to {self.pitch} elements" if self.pitch is not None else "")
         )
 
 
@@ -110,7 +135,11 @@ def plan_folding(
             full = math.prod(shape) * itemsize
             folded = full // shape[dim] * modulus
             label = _label(scop, tensor.name, dim)
-            out[tensor.name] = FoldedTemporary(tensor.name, dim, modulus, shape[dim], folded, full, label)
+            pitch = padded_pitch(shape, dim, itemsize) if folded else None
+            row = shape[-1] if pitch is not None else None
+            out[tensor.name] = FoldedTemporary(
+                tensor.name, dim, modulus, shape[dim], folded, full, label, row, pitch
+            )
     return out
 
 

@@ -32,13 +32,19 @@ class Specialisation:
     contracted: Mapping[str, int]  # temporaries stored as one slice per thread → workspace offset
     layouts: Mapping[str, tuple[int, ...]]  # inputs passed in another storage order (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
-    folded: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # temporary → (dim, modulus)
+    # temporary → (dim, modulus), or (dim, modulus, pitch) when its rows are padded
+    folded: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def storage_shape(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape allocated for `name`: its logical shape, with a folded dimension's extent its
-        modulus (planning/folding.py)."""
+        modulus and padded rows their pitch (planning/folding.py)."""
         fold = self.folded.get(name)
-        return shape if fold is None else tuple(fold[1] if d == fold[0] else e for d, e in enumerate(shape))
+        if fold is None:
+            return shape
+        out = [fold[1] if d == fold[0] else e for d, e in enumerate(shape)]
+        if len(fold) > 2:
+            out[-1] = fold[2]
+        return tuple(out)
 
     @functools.cached_property
     def params_address(self) -> int:
@@ -72,7 +78,7 @@ def call_record(
         {name: c.offset for name, c in plan.contracted.items()},
         dict(plan.layouts),
         dict(plan.sharing),
-        {name: (f.dim, f.modulus) for name, f in plan.folded.items()},
+        {name: (f.dim, f.modulus) + ((f.pitch,) if f.pitch else ()) for name, f in plan.folded.items()},
     )
 
 

@@ -83,7 +83,7 @@ class CallRecord:
     contracted: Mapping[str, int]  # contracted temporary → offset in a thread's workspace
     layouts: Mapping[str, tuple[int, ...]]  # inputs relaid out (GEMM operands)
     sharing: Mapping[str, int]  # temporaries → shared buffer slot
-    folded: Mapping[str, tuple[int, int]]  # temporaries stored modulo: (dimension, modulus)
+    folded: Mapping[str, tuple[int, ...]]  # temporaries stored modulo: (dimension, modulus[, pitch])
 
     def to_json(self) -> dict:
         return {
@@ -181,11 +181,11 @@ def _frozen(value: object) -> object:
     raise ValueError(f"unexpected value {value!r} in a phase record")
 
 
-def _fold(value: object) -> tuple[int, int]:
-    dim, modulus = _ints(value)
-    if modulus < 1 or dim < 0:
+def _fold(value: object) -> tuple[int, ...]:
+    fold = _ints(value)
+    if len(fold) not in (2, 3) or fold[0] < 0 or min(fold[1:]) < 1:
         raise ValueError(f"unexpected folding {value!r}")
-    return dim, modulus
+    return fold
 
 
 def _int(value: object) -> int:

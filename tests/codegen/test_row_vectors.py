@@ -1,0 +1,184 @@
+"""Row vectors (codegen/lowering/row_analysis.py, row_vectors.py) and padded rows of folded
+temporaries (codegen/planning/folding.py): innermost loops whose reads are neighbours along the
+contiguous dimension run as explicit store-aligned vectors with lane shifts. Results are
+bit-identical to the same schedule without vectorisation (Options(vectorize=False): the same
+operations in the same order, lane by lane) and match the untransformed kernel
+(Options(optimize=False)) at odd and prime sizes, rows shorter than a vector, a few vectors,
+and sizes where the masked head and tail blocks meet; loops with a dependence the vectors would
+break are left scalar."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from codegen.lowering.row_vectors import RowVectorLowering
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_stencils import CASES, _args, _as_tuple  # noqa: E402
+
+SIZES = {  # rows from below two vectors (scalar) to several vectors with ragged ends
+    "jacobi1d": [(5,), (31,), (32,), (33,), (97,), (1009,)],
+    "jacobi2d": [(3, 31), (5, 33), (7, 61), (4, 67), (11, 128), (3, 257)],
+    "heat3d": [(3, 3, 33), (4, 5, 47), (3, 4, 67)],
+    "seidel2d": [(5, 37), (6, 67)],
+    "fdtd": [(5, 37), (4, 67)],
+}
+
+_KERNELS: dict = {}
+
+
+def kernel(src, options):
+    key = (src, options)
+    if key not in _KERNELS:
+        _KERNELS[key] = tl.compile(src, options=options)
+    return _KERNELS[key]
+
+
+def row_statements(src, options, sizes, monkeypatch) -> set[str]:
+    """The statements whose innermost loop lowering runs as row vectors."""
+    found = set()
+    original = RowVectorLowering.row_plan
+
+    def spy(self, node, name):
+        row = original(self, node, name)
+        if row is not None:
+            found.add(self.ast.leaves[node.for_get_body().get_annotation().get_name()].statement)
+        return row
+
+    monkeypatch.setattr(RowVectorLowering, "row_plan", spy)
+    kernel(src, options).inspect("llvm", sizes=sizes)
+    return found
+
+
+ONE_THREAD = tl.Options(threads=1)
+
+
+def _check(src, args, options=ONE_THREAD, sizes_note=""):
+    got = _as_tuple(kernel(src, options)(*args))
+    same_schedule = _as_tuple(kernel(src, dataclasses.replace(options, vectorize=False))(*args))
+    reference = _as_tuple(kernel(src, tl.Options(optimize=False))(*args))
+    for g, s, r in zip(got, same_schedule, reference):
+        if not options.fast_math:  # the same operations in the same order
+            np.testing.assert_array_equal(g, s, err_msg=sizes_note)
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5, err_msg=sizes_note)
+
+
+@pytest.mark.parametrize("name", list(SIZES))
+def test_stencils_match_the_scalar_and_untransformed_kernels(name):
+    src = CASES[name][0]
+    rng = np.random.default_rng(3)
+    for shape in SIZES[name]:
+        for t in (2, 5):
+            _check(
+                src,
+                _args("fdtd" if name == "fdtd" else "", shape, t, rng),
+                sizes_note=f"{name} {shape} T={t}",
+            )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        tl.Options(threads=2),
+        tl.Options(threads=1, vector_width=256),
+        tl.Options(threads=1, vector_width=128),
+        tl.Options(threads=1, specialize=False),
+        tl.Options(threads=1, band_tiles=(None, (4, 8))),
+        tl.Options(threads=1, fast_math=True),
+    ],
+    ids=lambda o: repr(o)[8:60],
+)
+def test_jacobi_with_other_options(options):
+    src = CASES["jacobi2d"][0]
+    rng = np.random.default_rng(5)
+    for shape in [(5, 33), (7, 61), (4, 67)]:
+        _check(src, _args("", shape, 5, rng), options, f"{shape}")
+
+
+def test_the_jacobi_row_runs_as_vectors_with_padded_rows(monkeypatch):
+    src = CASES["jacobi2d"][0]
+    k = kernel(src, tl.Options(threads=1))
+    sizes = dict(N=7, M=67, T=5)
+    assert row_statements(src, tl.Options(threads=1), sizes, monkeypatch) == {"S1_1"}  # not the copies
+    assert "rows padded from 67 to 80 elements" in k.inspect("loops", sizes=sizes)
+    assert "rows padded" not in k.inspect("loops", sizes=dict(N=7, M=61, T=5))  # 244 bytes: left alone
+    assert not row_statements(src, tl.Options(threads=1, vectorize=False), sizes, monkeypatch)
+
+
+JACOBI_DOUBLE = CASES["jacobi2d"][0].replace("float(N, M) A", "double(N, M) A")
+
+
+def test_double_rows(monkeypatch):
+    rng = np.random.default_rng(9)
+    for shape in [(5, 17), (6, 33), (4, 67)]:
+        a = rng.standard_normal(shape)
+        _check(JACOBI_DOUBLE, [a, np.zeros(4, np.float32)], sizes_note=f"{shape}")
+    assert row_statements(JACOBI_DOUBLE, tl.Options(threads=1), dict(N=5, M=67, T=4), monkeypatch)
+
+
+# A stencil on an input (no time loop): the reads are of another tensor, so nothing orders them.
+SMOOTH = """def smooth(float(N, M) A) -> (O) {
+  O(i, j) = 0.25 * A(i, j) + 0.5 * A(i, j + 1) + 0.25 * A(i, j + 2) - A(i, j + 3) / 3.0 where i in 0:N, j in 0:M-3
+}"""
+
+# In place: X(i, j) becomes X(i, j) + X(i, j+1), reading the old X(i, j+1) (an anti-dependence:
+# the vectors read before they store, so they may run).
+SHIFT_UP = """def up(float(N, M) A) -> (O) {
+  X(i, j) = A(i, j) where i in 0:N, j in 0:M
+  X(i, j) = X(i, j) + X(i, j + 1) where i in 0:N, j in 0:M-1
+  O(i, j) = X(i, j) where i in 0:N, j in 0:M
+}"""
+
+# In place the other way: X(i, j) + X(i, j-1) reads this loop's new X(i, j-1), a running sum
+# that vectors would break; the loop must stay scalar.
+RUNNING = """def running(float(N, M) A) -> (O) {
+  X(i, j) = A(i, j) where i in 0:N, j in 0:M
+  X(i, j) = X(i, j) + X(i, j - 1) where i in 0:N, j in 1:M
+  O(i, j) = X(i, j) where i in 0:N, j in 0:M
+}"""
+
+
+@pytest.mark.parametrize("n", [4, 35, 64, 101])
+def test_a_plain_stencil_on_an_input(n, monkeypatch):
+    rng = np.random.default_rng(n)
+    a = rng.standard_normal((3, n)).astype(np.float32)
+    _check(SMOOTH, [a], sizes_note=f"{n}")
+    want = 0.25 * a[:, :-3] + 0.5 * a[:, 1:-2] + 0.25 * a[:, 2:-1] - a[:, 3:] / 3.0
+    got = kernel(SMOOTH, tl.Options(threads=1))(a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert row_statements(SMOOTH, tl.Options(threads=1), dict(N=3, M=64), monkeypatch) == {"S0"}
+
+
+UNFUSED = tl.Options(threads=1, fusion="none")  # each statement its own loop nest
+
+
+@pytest.mark.parametrize("n", [3, 40, 97])
+def test_in_place_rows_keep_the_loop_order(n, monkeypatch):
+    a = np.random.default_rng(n).standard_normal((3, n)).astype(np.float32)
+    _check(SHIFT_UP, [a], UNFUSED, f"{n}")
+    _check(RUNNING, [a], UNFUSED, f"{n}")
+    up = kernel(SHIFT_UP, UNFUSED)(a)
+    want = a.copy()
+    want[:, :-1] = a[:, :-1] + a[:, 1:]
+    np.testing.assert_array_equal(up, want)
+    run = kernel(RUNNING, UNFUSED)(a)
+    np.testing.assert_allclose(run, np.cumsum(a, axis=1, dtype=np.float32), rtol=1e-5, atol=1e-5)
+    sizes = dict(N=3, M=97)
+    assert row_statements(SHIFT_UP, UNFUSED, sizes, monkeypatch) == {"S1"}
+    assert not row_statements(RUNNING, UNFUSED, sizes, monkeypatch)
+
+
+def test_a_thread_runs_its_part_of_a_split_row(monkeypatch):
+    """jacobi-1d's team phase splits the row loop between threads: each part is vectorised."""
+    src = CASES["jacobi1d"][0]
+    rng = np.random.default_rng(1)
+    for n in (61, 1009):
+        _check(src, _args("", (n,), 5, rng), tl.Options(threads=2), f"{n}")
+        _check(src, _args("", (n,), 5, rng), tl.Options(threads=1), f"{n}")
+    assert row_statements(src, tl.Options(threads=2), dict(N=1009, T=5), monkeypatch) == {"S1_1"}
