@@ -37,6 +37,7 @@ from ..emit.vecmath import VECMATH_BUILTINS, emit_vecmath
 from ..lowering.lower import Lowering
 from ..planning.plan import KernelPlan, PhaseDecision, Split
 from .mapping import GridMapping, PhaseMapping
+from .rowlower import RowLowering
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
@@ -48,7 +49,7 @@ _LIBDEVICE_DIRECT = {"lgamma": "lgamma"}
 _SREG = "llvm.nvvm.read.ptx.sreg.{}.x"
 
 
-class GpuLowering(Lowering):
+class GpuLowering(RowLowering, Lowering):
     """Emits the NVPTX module of a plan and its grid mapping. Single use: construct, `run()`."""
 
     def __init__(
@@ -68,11 +69,18 @@ class GpuLowering(Lowering):
             self.module.data_layout = DATA_LAYOUT
         self.entries: list[ll.Function] = []
         self.phase_map: PhaseMapping | None = None
+        self.row_ops: dict[int, list[tuple]] = {}  # a row-mapped phase's operations (gpu/rowlower.py)
 
     def run(self) -> ll.Module:
         for decision, phase, grid in zip(self.plan.phases, self.ast.phases, self.mapping.phases):
             self.phase_map = grid
             self.begin_phase(decision.index)
+            if grid.rows is not None:  # its own step functions; the phase function stays empty
+                self.b.ret(ll.Constant(V.I32, 0))
+                ops = self.row_ops[grid.index] = self.emit_row_phase(grid)
+                if not self.emulate:
+                    self.entries.append(self.emit_row_entry(grid, ops))
+                continue
             # the mapped loops are restricted by emit_for below, nothing else is
             self.decision = dataclasses.replace(decision, split=Split.SERIAL, chunked=True)
             self.emit_node(phase.node, {})
@@ -199,6 +207,9 @@ class GpuLowering(Lowering):
         """For testing the mapping on a CPU: `tl_emulate_phase<n>(tensors..., error)` runs every
         thread of phase n's grid (blocks x block, the idle ones too) one after the other."""
         for grid, phase_fn in zip(self.mapping.phases, self.phase_functions):
+            if grid.rows is not None:
+                self.emit_row_emulation(grid, self.row_ops[grid.index])
+                continue
             tensor_types = [a.type for a in phase_fn.args[: len(self.layout.tensors)]]
             ty = ll.FunctionType(ll.VoidType(), tensor_types + [V.I64.as_pointer()])
             fn = ll.Function(self.module, ty, f"tl_emulate_phase{grid.index}")

@@ -7,7 +7,10 @@ The first, simple and correct mapping (PPCG-style, without tiling or shared memo
   the outer iterator, one thread per (outer, inner) pair. The pair is flattened to a 1-D grid
   with the loop that indexes the written tensor's stride-1 dimension varying fastest, so that
   neighbouring threads of a warp store (and usually load) neighbouring elements: coalescing;
-* every loop inside the mapped ones runs sequentially in its thread (a row reduction, say);
+* when loops remain inside the mapped ones (a row reduction, say), the row is spread over a
+  block, or a warp for short rows, if its body fits (gpu/rows.py): inner loops strided over the
+  row's threads, reductions combined by warp shuffles and shared memory; otherwise every loop
+  inside the mapped ones runs sequentially in its thread, and the plan text says why;
 * a phase with no parallel outer loop (a reduction or recurrence over it, or no loop) runs as a
   single-thread grid.
 
@@ -16,6 +19,7 @@ Each decision and its reason is printed by `GridMapping.__str__` (`inspect("plan
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,8 +27,9 @@ import islpy as isl
 
 from tensorlang import ir
 
-from ..planning.astgen import LoopKind, expr_mentions, leaves_under, loop_range, unwrap
+from ..planning.astgen import LoopKind, contains_loop, expr_mentions, leaves_under, loop_range, unwrap
 from ..planning.plan import KernelPlan
+from .rows import RowMapping, row_mapping
 
 #: threads per block of a mapped phase (a multiple of the warp size)
 BLOCK_THREADS = 256
@@ -53,6 +58,8 @@ class PhaseMapping:
     loops: tuple[MappedLoop, ...]
     fastest: int
     reason: str  # why this mapping (printed)
+    rows: RowMapping | None = None  # the row spread over a block or warp (gpu/rows.py)
+    sequential: str = ""  # why the loops inside the mapped ones stay sequential (printed)
 
     @property
     def threads(self) -> int:
@@ -63,12 +70,16 @@ class PhaseMapping:
 
     @property
     def block(self) -> int:
+        if self.rows is not None:
+            return self.rows.block
         if not self.loops:
             return 1
         return max(WARP, min(BLOCK_THREADS, -(-self.threads // WARP) * WARP))
 
     @property
     def blocks(self) -> int:
+        if self.rows is not None:
+            return self.rows.blocks
         return max(1, -(-self.threads // self.block))
 
     @property
@@ -83,10 +94,13 @@ class PhaseMapping:
             return head + f"single thread (grid 1 x 1): {self.reason}"
         dims = " x ".join(f"{self.loops[n].iterator}[{self.loops[n].count}]" for n in self.order)
         fastest = self.loops[self.fastest].iterator
+        if self.rows is not None:
+            return head + f"rows {dims} = {self.threads}, {self.rows.describe()}"
         return (
             head
             + f"one thread per {dims} = {self.threads} threads, grid {self.blocks} x {self.block}; "
             + f"{fastest} varies fastest ({self.reason}); inner loops sequential per thread"
+            + (f" ({self.sequential})" if self.sequential else "")
         )
 
 
@@ -132,9 +146,17 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
         if inner is not None:
             loops.append(inner)
     if len(loops) == 1:
-        return PhaseMapping(index, statements, tuple(loops), 0, "the only mapped loop")
-    fastest, reason = _coalescing(plan, phase, loops)
-    return PhaseMapping(index, statements, tuple(loops), fastest, reason)
+        fastest, reason = 0, "the only mapped loop"
+    else:
+        fastest, reason = _coalescing(plan, phase, loops)
+    found = PhaseMapping(index, statements, tuple(loops), fastest, reason)
+    body = unwrap(unwrap(phase.loop).for_get_body()) if len(loops) == 1 else unwrap(inner_node.for_get_body())
+    if not contains_loop(body):
+        return found
+    rows, why = row_mapping(plan, body, found.threads, values)
+    if rows is None:
+        return dataclasses.replace(found, sequential=f"no block per row: {why}")
+    return dataclasses.replace(found, rows=rows)
 
 
 def _mapped(plan: KernelPlan, node: isl.AstNode, values: Mapping) -> MappedLoop | None:

@@ -48,9 +48,10 @@ def test_matmul_init_2d_body_one_thread_per_row() -> None:
     )
 
 
-def test_fused_softmax_one_thread_per_row() -> None:
+def test_fused_softmax_one_warp_per_row() -> None:
+    # short rows: a warp per row (gpu/rows.py; tests/gpu/test_gpu_reduce.py has the rest)
     (line,) = plan_lines(SOFTMAX, {"N": 100, "D": 33})
-    assert "one thread per c0[100]" in line and "grid 1 x 128" in line
+    assert "one warp per row (8 rows per block), grid 13 x 256" in line
 
 
 def test_reduction_over_the_outer_loop_is_single_thread() -> None:

@@ -1,0 +1,251 @@
+"""gpu: the body of a phase's mapped row loop(s) → RowMapping, the row spread over a block or a warp.
+
+A phase whose mapped (parallel) loops leave loops inside each thread — softmax, layer norm, a
+row sum — runs one row per block (or per warp, for short rows) instead of one row per thread.
+The row's body is cut into steps, separated by barriers:
+
+* a *scalar* step: statements outside any inner loop (an `s(n) = 0` init, a per-row division),
+  run by the row's first thread;
+* a *loop* step: an inner loop whose body is straight-line statements, its iterations strided
+  across the row's threads (thread t runs t, t + T, ...: neighbouring threads touch neighbouring
+  elements, coalesced). A statement that accumulates onto an element the loop's iterator does
+  not move (`mx(n) max= X(n, d)`) is a *reduction*: each thread accumulates privately, the
+  partial results are combined by warp shuffles and, across warps, through shared memory, and
+  the row's first thread adds the total to memory before the barrier that ends the step.
+
+Legality (checked on the affine subscripts, in terms of the AST's iterators, of every access in
+the loop): a tensor a reduction writes has no other access in the loop; a tensor another
+statement writes is accessed, in the loop, only at the element that statement writes, and that
+element moves with the loop's iterator. So iterations touch disjoint elements except for the
+reductions, whose order the language leaves unspecified. Anything else keeps the one-thread-per-
+row mapping, and the plan text says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from tensorlang import ir
+
+from ..planning.astgen import contains_loop, leaves_under, loop_range, unwrap
+
+WARP = 32
+#: rows of at most this many iterations run one per warp (<= 4 per lane); longer rows, a block
+WARP_ROW_MAX = 128
+#: threads per block in warp-per-row mode (8 rows per block)
+WARP_BLOCK = 256
+#: elements per thread a block aims for; the block has 64 to 512 threads
+PER_THREAD = 8
+MIN_BLOCK, MAX_BLOCK = 64, 512
+
+
+@dataclass(frozen=True)
+class RowStep:
+    """`kind` "scalar": the leaves in `nodes` run by the row's first thread; "loop": the for
+    loop `nodes[0]` strided over the row's threads, `reductions` the statements accumulated
+    privately and combined across the row."""
+
+    kind: str
+    nodes: tuple = field(compare=False)
+    statements: tuple[str, ...]
+    reductions: tuple[str, ...] = ()
+    iterator: str = ""
+
+
+@dataclass(frozen=True)
+class RowMapping:
+    """`threads` per row (32: a warp per row, else the block), `rows` in all, `per_block` rows
+    per block, `length` the longest inner loop's trip count (None where it depends on the row)."""
+
+    threads: int
+    rows: int
+    per_block: int
+    length: int | None
+    steps: tuple[RowStep, ...]
+
+    @property
+    def block(self) -> int:
+        return self.threads * self.per_block
+
+    @property
+    def blocks(self) -> int:
+        return max(1, -(-self.rows // self.per_block))
+
+    @property
+    def warps(self) -> int:
+        """Warps per row."""
+        return self.threads // WARP
+
+    @property
+    def reductions(self) -> int:
+        """The most reductions one step combines (the shared-memory rows needed)."""
+        return max((len(s.reductions) for s in self.steps), default=0)
+
+    def describe(self) -> str:
+        if self.per_block > 1:
+            unit = f"one warp per row ({self.per_block} rows per block)"
+            why = f"rows of {self.length} <= {WARP_ROW_MAX} iterations"
+        else:
+            unit = f"one block of {self.threads} threads per row"
+            length = "an unknown number of" if self.length is None else str(self.length)
+            why = f"rows of {length} iterations, ~{PER_THREAD} per thread"
+        parts = []
+        for step in self.steps:
+            if step.kind == "scalar":
+                parts.append(f"[first thread: {', '.join(step.statements)}]")
+                continue
+            text = f"[{step.iterator} strided over the row's threads: {', '.join(step.statements)}"
+            if step.reductions:
+                combine = "warp shuffles" + (" + shared memory across warps" if self.warps > 1 else "")
+                text += f"; {', '.join(step.reductions)} reduced by {combine}, broadcast through memory"
+            parts.append(text + "]")
+        sync = "warp barrier" if self.per_block > 1 else "barrier"
+        return f"{unit}, grid {self.blocks} x {self.block} ({why}); steps {f' {sync} '.join(parts)}"
+
+
+def row_mapping(plan, body: isl.AstNode, rows: int, values: Mapping) -> tuple[RowMapping | None, str]:
+    """The block-level mapping of a row body (the body of the innermost mapped loop), or None and
+    why not. `rows`: the number of rows (the mapped loops' iterations)."""
+    leaves = plan.ast.leaves
+    items = _flatten(body)
+    steps: list[RowStep] = []
+    scalar: list = []
+    lengths: list[int | None] = []
+
+    def flush() -> None:
+        if scalar:
+            names = [leaf.statement for n in scalar for leaf in leaves_under(n, leaves) or ()]
+            steps.append(RowStep("scalar", tuple(scalar), tuple(names)))
+            scalar.clear()
+
+    for item in items:
+        t = item.get_type()
+        is_loop = t == isl.ast_node_type.for_ and not item.for_is_degenerate()
+        if not is_loop:
+            if t not in (isl.ast_node_type.user, isl.ast_node_type.if_, isl.ast_node_type.for_):
+                return None, f"an AST node of type {t} in the row"
+            if contains_loop(item):
+                return None, "a loop under an if in the row"
+            scalar.append(item)
+            continue
+        flush()
+        step, why = _loop_step(plan, item)
+        if step is None:
+            return None, why
+        steps.append(step)
+        found = loop_range(item, values)
+        lengths.append(None if found is None else max(0, -(-(found[1] - found[0]) // found[2])))
+    flush()
+    if not any(s.kind == "loop" for s in steps):
+        return None, "no loop inside the row"
+    length = None if None in lengths else max(lengths)
+    if length is not None and length <= WARP_ROW_MAX:
+        return RowMapping(WARP, rows, WARP_BLOCK // WARP, length, tuple(steps)), ""
+    threads = MAX_BLOCK
+    if length is not None:
+        want = -(-length // PER_THREAD)
+        threads = MIN_BLOCK
+        while threads < want and threads < MAX_BLOCK:
+            threads *= 2
+    return RowMapping(threads, rows, 1, length, tuple(steps)), ""
+
+
+def _flatten(node: isl.AstNode) -> list:
+    """The nodes of a (nested) block in order, marks removed."""
+    node = unwrap(node)
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    children = node.block_get_children()
+    return [x for i in range(children.n_ast_node()) for x in _flatten(children.get_at(i))]
+
+
+def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
+    j = loop.for_get_iterator().get_id().get_name()
+    body = unwrap(loop.for_get_body())
+    if contains_loop(body):
+        return None, f"the loop {j} inside the row contains loops"
+    leaves = leaves_under(body, plan.ast.leaves, through_ifs=False)
+    if not leaves:
+        return None, f"an if inside the loop {j}"
+    accesses: list[tuple[str, str, tuple | None, bool]] = []  # (statement, tensor, subscripts, write)
+    reductions: list[str] = []
+    writers: dict[str, list[str]] = {}
+    for leaf in leaves:
+        poly = plan.scop.statement(leaf.statement)
+        st = poly.statement
+        exprs = dict(leaf.index_exprs)
+        lhs = _subscripts(st.lhs, exprs)
+        if lhs is None:
+            return None, f"{leaf.statement} writes {st.tensor} at a data-dependent element"
+        moves = any(dict(sub).get(j, 0) for sub in lhs)
+        if poly.kind != "init" and st.op != "=" and not moves:
+            if st.op not in ir.REDUCTION_OPS:
+                return None, f"{leaf.statement}'s operator {st.op} is not a reduction"
+            reductions.append(leaf.statement)
+        elif not moves:
+            return None, f"{leaf.statement} writes the same element of {st.tensor} in every iteration of {j}"
+        writers.setdefault(st.tensor, []).append(leaf.statement)
+        accesses.append((leaf.statement, st.tensor, lhs, True))
+        if poly.kind != "init":
+            for read in ir.walk(st.rhs):
+                if isinstance(read, ir.Read):
+                    accesses.append((leaf.statement, read.tensor, _subscripts(read.indices, exprs), False))
+    for tensor, names in writers.items():
+        mine = [a for a in accesses if a[1] == tensor]
+        if any(n in reductions for n in names):
+            if len(mine) != 1:
+                return None, f"{tensor}, reduced in the loop {j}, is accessed there otherwise too"
+            continue
+        if any(a[2] is None or a[2] != mine[0][2] for a in mine):
+            return None, f"{tensor} is written in the loop {j} and accessed there at another element"
+    names = tuple(leaf.statement for leaf in leaves)
+    return RowStep("loop", (loop,), names, tuple(reductions), j), ""
+
+
+def _subscripts(subs: tuple[ir.Expr, ...], exprs: Mapping[str, isl.AstExpr]) -> tuple | None:
+    """Each subscript as an affine combination of AST iterators and sizes (a sorted tuple of
+    (name, coefficient), "" the constant), or None if one is not affine."""
+    out = []
+    for sub in subs:
+        form = ir.affine_form(sub)
+        if form is None:
+            return None
+        total: dict[str, int] = {"": form.constant}
+        for var, coeff in form.coeffs:
+            term = _ast_affine(exprs[var]) if var in exprs else {var: 1}
+            if term is None:
+                return None
+            for k, v in term.items():
+                total[k] = total.get(k, 0) + coeff * v
+        out.append(tuple(sorted((k, v) for k, v in total.items() if v)))
+    return tuple(out)
+
+
+def _ast_affine(e: isl.AstExpr) -> dict[str, int] | None:
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return {"": e.get_val().to_python()}
+    if t == isl.ast_expr_type.id:
+        return {e.get_id().get_name(): 1}
+    T = isl.ast_expr_op_type
+    op = e.get_op_type()
+    args = [_ast_affine(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    if any(a is None for a in args):
+        return None
+    if op == T.minus:
+        return {k: -v for k, v in args[0].items()}
+    if op in (T.add, T.sub):
+        sign = 1 if op == T.add else -1
+        out = dict(args[0])
+        for k, v in args[1].items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    if op == T.mul:
+        for a, b in ((args[0], args[1]), (args[1], args[0])):
+            if set(a) <= {""}:
+                c = a.get("", 0)
+                return {k: c * v for k, v in b.items()}
+    return None
