@@ -23,7 +23,7 @@ from tensorlang import ir
 from . import order
 from .machine import cache_size, cache_ways
 from .options import ScheduleOptions
-from .timetile import auto_sizes, innermost_carries, tile_time_band, time_band
+from .timetile import auto_sizes, body_order, innermost_carries, tile_time_band, time_band
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,21 @@ def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
         # loops around GEMM calls: each iteration is a whole call, so strides do not matter;
         # parallel loops go outermost so that threads get whole calls
         return sorted(range(n), key=lambda m: not node.band_member_get_coincident(m))
-    directions = _member_directions(scop, node) if any(not m for m in members) else None
+    statements: list[str] = []
+    node.get_domain().foreach_set(lambda s: statements.append(s.get_tuple_name()))
+    skewed = any(len(m) < len(set(statements)) for m in members)
+    directions = _member_directions(scop, node) if skewed else None
     scores = []
     for m in range(n):
         vars_ = members[m]
-        if vars_:
-            scores.append(sum(_access_score(scop, s, v) for s, v in vars_.items()))
-        elif directions is not None:  # a skewed member (t + j): score the step it takes
-            scores.append(sum(_access_score(scop, s, d[m]) for s, d in directions.items()))
+        # a skewed member (t + j) is scored by the step it takes, statement by statement: a
+        # boundary piece with an index fixed (fdtd's i == 0 row) may see it as a plain variable
+        steps = {s: d[m] for s, d in (directions or {}).items() if s not in vars_}
+        if vars_ or steps:
+            scores.append(
+                sum(_access_score(scop, s, v) for s, v in vars_.items())
+                + sum(_access_score(scop, s, d) for s, d in steps.items())
+            )
         else:
             scores.append(-(10**6))
     inner = max(range(n), key=lambda m: (scores[m], m))
@@ -120,7 +127,8 @@ def _member_order(scop: Scop, node: isl.ScheduleNode) -> list[int]:
 def _member_directions(scop: Scop, node: isl.ScheduleNode) -> dict[str, list[dict[str, int]]] | None:
     """Per statement, per band member: the step of the statement's index variables that
     advances that member by one with the others fixed (the columns of the inverse of the band's
-    matrix). None unless the band is square and unimodular on every statement's variables."""
+    matrix). None unless the band is square and unimodular on every statement's variables
+    (statements that use fewer variables than the band has members are left out)."""
     mupa = node.band_get_partial_schedule()
     n = node.band_n_member()
     rows: dict[str, list[list[int]]] = {}
@@ -147,7 +155,7 @@ def _member_directions(scop: Scop, node: isl.ScheduleNode) -> dict[str, list[dic
             return None
         used = [d for d in range(len(variables)) if any(row[d] for row in matrix)]
         if len(used) != n:
-            return None
+            continue  # a boundary piece with an index fixed (fdtd's i == 0 row): the others decide
         square = sympy.Matrix([[row[d] for d in used] for row in matrix])
         if abs(square.det()) != 1:
             return None
@@ -301,8 +309,9 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
             band = time_band(scop, node, member_vars(scop, node)) if options.time_tiles else None
             if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
                 carried = innermost_carries(scop, node)
+                body = None if carried else body_order(scop, node)
                 sizes = options.time_tile or (tile if explicit else auto_sizes(band, carried))
-                node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried)
+                node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried, body=body)
                 for _ in range(depth):
                     node = node.parent()
                 return node

@@ -66,11 +66,15 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
 def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
     """Tile sizes from a cache footprint model: `_STEPS` time steps, and per space member as many
     rows (a power of two) as keep the rows a tile touches, (rows + steps) per member, of two
-    planes (the temporary folded modulo 2) within half the L2 cache. The array sizes are not
-    known when the schedule is built, so the sizes do not depend on them:
+    planes (the temporary folded modulo 2) within the L2 cache. The array sizes are not known
+    when the schedule is built, so the sizes do not depend on them:
     - 1-d stencils: one block of the row, reused over the tile's steps;
     - 2-d: the stride-1 member in strips of `_STRIP` elements (long vectorised loops, and a
-      footprint that stays bounded on wide grids: untiled, a 4000-wide jacobi ran 1.2x slower);
+      footprint that stays bounded on wide grids: untiled, a 4000-wide jacobi ran 1.2x slower).
+      A strip is an upper bound of the row (the footprint of a 1000-wide grid is half the
+      model's); strips narrower than a row plus the skew cut every row in two, the second
+      piece short (1000^2, 1 thread: jacobi-2d T=100 6.9 ms with 1024-wide strips, 5.6 ms with
+      2048; fdtd-2d T=50 20.3 and 16.4 ms; jacobi-2d 4000^2 T=50 89 ms both);
     - 3-d and more: the stride-1 member untiled (strips of a short row make mostly partial
       tiles), its rows assumed `_ROW_3D` elements long.
     With `chain` (the innermost member carries a dependence, so the last two point loops become
@@ -79,7 +83,7 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
     strips 315 ms, 256-wide 226 ms; numba 741 ms)."""
     n = band.members
     steps = _STEPS
-    budget = cache_size(2) // 2 // band.element // 2  # elements per plane
+    budget = cache_size(2) // band.element // 2  # elements per plane
     if n == 2:
         return (steps, max(64, min(4096, budget // 2)))
     strip = _CHAIN_STRIP if chain else _STRIP
@@ -95,22 +99,27 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
 # more steps make more partial tiles at the edges of the skewed domain
 _STEPS = 16
 # strip width of a 2-d stencil's stride-1 member (with the inner wavefront: _CHAIN_STRIP)
-_STRIP = 1024
+_STRIP = 2048
 _CHAIN_STRIP = 256
 # the row length (elements of the untiled innermost member) assumed for 3-d stencils
 _ROW_3D = 64
 
 
 def tile_time_band(
-    node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool, inner_carried: bool = False
+    node: isl.ScheduleNode,
+    sizes: tuple[int, ...],
+    wavefront: bool,
+    inner_carried: bool = False,
+    body: tuple[str, ...] | None = None,
 ) -> tuple[isl.ScheduleNode, int]:
     """Tile the band at `node` with `sizes`, one per member, the last repeated for missing
     members, except that a band of three or more members given one size fewer than it has
     members keeps its innermost member untiled (a band below the tiles). With `wavefront`, skew
     its tile loops to (T + I, I, ...) with I parallel. With `inner_carried` (the innermost
     member carries a dependence, `innermost_carries`), the last two point loops become a
-    wavefront too (_inner_wavefront). Returns the node of the point loops and how many levels
-    below the original position it is."""
+    wavefront too (_inner_wavefront). With `body` (body_order), the innermost loop is
+    distributed over its statements in that order (_distribute). Returns the node of the point loops and how many levels below the
+    original position it is."""
     ctx = node.get_ctx()
     n = node.band_n_member()
     if n >= 3 and len(sizes) == n - 1:  # the innermost member untiled
@@ -126,28 +135,142 @@ def tile_time_band(
     points = tiles.child(0)
     if n >= 3 and inner_carried:
         points = _inner_wavefront(points)
+    elif body is not None:
+        points = _distribute(points, body)
     return points, 1
 
 
-def innermost_carries(scop: Scop, node: isl.ScheduleNode) -> bool:
-    """Whether the band's innermost member carries a dependence (a Gauss-Seidel sweep: B(t, i,
-    j) reads B(t, i, j - 1)), so that its loop is a chain no vector or pipeline can overlap."""
+def _inner_edges(scop: Scop, node: isl.ScheduleNode) -> list[tuple[str, str, bool]]:
+    """The dependences between statements of the band at `node` that neither an outer loop nor
+    an outer member of the band carries (zero distance in all but the innermost member), as
+    (source, sink, whether the innermost member carries it) per pair of statements."""
     domain = node.get_domain()
     deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
     prefix = node.get_prefix_schedule_union_map()
     deps = deps.intersect(prefix.apply_range(prefix.reverse()))  # not carried by outer loops
     band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
-    distances = deps.apply_domain(band).apply_range(band).deltas()
     n = node.band_n_member()
-    carried: list[isl.BasicSet] = []
-    distances.foreach_set(lambda s: carried.append(s))
-    for d in carried:
-        inner = d
-        for m in range(n - 1):
-            inner = inner.fix_val(isl.dim_type.set, m, isl.Val.zero(d.get_ctx()))
-        if not inner.is_empty():
-            return True
-    return False
+    maps: list[isl.Map] = []
+    deps.foreach_map(maps.append)
+    edges: dict[tuple[str, str], bool] = {}
+    for dep in maps:
+        pair = (dep.get_tuple_name(isl.dim_type.in_), dep.get_tuple_name(isl.dim_type.out))
+        distances = isl.UnionMap.from_map(dep).apply_domain(band).apply_range(band).deltas()
+        found: list[isl.BasicSet] = []
+        distances.foreach_set(found.append)
+        for d in found:
+            inner = d
+            for m in range(n - 1):
+                inner = inner.fix_val(isl.dim_type.set, m, isl.Val.zero(d.get_ctx()))
+            if inner.is_empty():
+                continue
+            carried = not inner.fix_val(isl.dim_type.set, n - 1, isl.Val.zero(d.get_ctx())).is_equal(inner)
+            edges[pair] = edges.get(pair, False) or carried
+    return [(a, b, c) for (a, b), c in edges.items()]
+
+
+def _components(nodes: list[str], edges: list[tuple[str, str, bool]]) -> dict[str, int]:
+    """Strongly connected components (Tarjan) of the statement graph: statement → component."""
+    succ: dict[str, list[str]] = {v: [] for v in nodes}
+    for a, b, _ in edges:
+        succ.setdefault(a, []).append(b)
+        succ.setdefault(b, [])
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    comp: dict[str, int] = {}
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in succ[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w not in comp:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            while True:
+                w = stack.pop()
+                comp[w] = len(set(comp.values()))
+                if w == v:
+                    break
+
+    for v in succ:
+        if v not in index:
+            visit(v)
+    return comp
+
+
+def innermost_carries(scop: Scop, node: isl.ScheduleNode) -> bool:
+    """Whether the band's innermost member carries a chain of dependences (a Gauss-Seidel sweep:
+    B(t, i, j) reads B(t, i, j - 1)), so that its loop runs dependent sums no vector or pipeline
+    can overlap: a cycle of dependences left to the innermost loop, one of them carried by it.
+    A dependence between two statements that is not on such a cycle (fdtd's hz(i, j) reads this
+    step's ex(i, j + 1)) is no chain: with the source statement first in the loop body
+    (`order_body`), each vector of the sink reads values the source already stored."""
+    edges = _inner_edges(scop, node)
+    comp = _components([], edges)
+    return any(carried and comp[a] == comp[b] for a, b, carried in edges)
+
+
+def body_order(scop: Scop, node: isl.ScheduleNode) -> tuple[str, ...] | None:
+    """The statements of the band at `node` in an order for its innermost loop's body (a
+    topological order of the dependences that loop carries or leaves to the body), when it runs
+    several: then every such dependence goes forward in the body, which the loop vectoriser
+    needs (isl would otherwise emit the statements in an order of its own). None for one
+    statement, for statements with no such dependence between them, or where the dependences
+    form a cycle (innermost_carries)."""
+    statements: list[str] = []
+    node.get_domain().foreach_set(lambda s: statements.append(s.get_tuple_name()))
+    names = sorted(set(statements), key=_natural)
+    if len(names) < 2:
+        return None
+    edges = [(a, b) for a, b, _ in _inner_edges(scop, node) if a != b]
+    if not edges:
+        return None  # independent statements (a stencil's interior and boundary pieces)
+    placed: list[str] = []
+    while len(placed) < len(names):
+        ready = [v for v in names if v not in placed and all(a in placed for a, b in edges if b == v)]
+        if not ready:
+            return None  # a cycle: leave the order to isl
+        placed.append(ready[0])
+    return tuple(placed)
+
+
+def _distribute(points: isl.ScheduleNode, body: tuple[str, ...]) -> isl.ScheduleNode:
+    """The innermost loop at or below the point band `points` distributed over `body`'s
+    statements: one innermost loop per statement, in that order, inside the loops around it.
+    Legal: the loops around stay as they were, and below them every dependence that they leave
+    goes from a statement earlier in `body` to a later one (body_order). Each loop then runs one
+    statement with no dependence inside it at all, a sweep that vectorises (fused, fdtd's hz(i -
+    1, j - 1) reads ey(i, j - 1) of the previous iteration: a store-to-load forward that LLVM's
+    vectoriser refuses). Returns `points` (with its innermost member split off when it had
+    more than one)."""
+    depth = 0
+    node = points
+    while node.n_children() and node.child(0).get_type() == isl.schedule_node_type.band:
+        node, depth = node.child(0), depth + 1
+    if node.n_children() and node.child(0).get_type() != isl.schedule_node_type.leaf:
+        return points
+    if node.band_n_member() > 1:
+        node, depth = node.band_split(node.band_n_member() - 1).child(0), depth + 1
+    pieces: list[isl.Set] = []
+    node.get_domain().foreach_set(pieces.append)
+    filters = isl.UnionSetList.alloc(node.get_ctx(), len(body))
+    for name in body:
+        for piece in pieces:
+            if piece.get_tuple_name() == name:
+                filters = filters.add(isl.UnionSet.from_set(piece))
+    node = node.insert_sequence(filters)
+    for _ in range(depth):
+        node = node.parent()
+    return node
+
+
+def _natural(name: str) -> tuple:
+    """S1_10 after S1_9: statement names compared by their numbers."""
+    return tuple(int(x) if x.isdigit() else x for x in name.replace("_", " ").split())
 
 
 def _inner_wavefront(points: isl.ScheduleNode) -> isl.ScheduleNode:
