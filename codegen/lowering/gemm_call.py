@@ -13,6 +13,8 @@ from tensorlang.dtypes import ScalarType
 
 from ..emit import values as V
 from ..emit.gemm_kernel import declare_gemm
+from ..emit.gemm_small import define_small_gemm
+from ..emit.gemm_team import TEAM_TICKET
 from .abi import poll_cancel
 from .state import LoweringState
 
@@ -25,7 +27,8 @@ class GemmCallLowering(LoweringState):
     def emit_gemm(self, plan: ContractionPlan, dtype: ScalarType) -> None:
         """C[m, n] += A[m, k] · B[k, n] for the current outer point, as one packed GEMM call
         (C = A·B when the phase's init was folded into it), shared by a team of threads when
-        the runtime passes one."""
+        the runtime passes one. A generic kernel's call checks the extents first and runs small
+        ones (below plan.small_gemm_work) as plain vector loops (emit/gemm_small.py)."""
         b = self.b
         st = self.leaf_statement.statement
         lo = {r.var: self.range_bound(r.lo) for r in st.ranges}
@@ -64,16 +67,43 @@ class GemmCallLowering(LoweringState):
         if self.gemm_team:  # a thread of a team gets the shared block's address as lo
             alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
             team = b.select(alone, no_team, b.inttoptr(self.lo, V.I8.as_pointer()))
-        b.call(
-            gemm,
-            [
-                extent(m_lo, m_hi), extent(lo[plan.n], hi[plan.n]), extent(lo[plan.k], hi[plan.k]),
-                a_ptr, a_st[plan.m], a_st[plan.k],
-                b_ptr, b_st[plan.k], b_st[plan.n],
-                c_ptr, c_st[plan.m], c_st[plan.n],
-                self.workspace, self.cancel, ll.Constant(V.I64, int(self.gemm_overwrite)), team,
-            ],
-        )  # fmt: skip
+        extents = [extent(m_lo, m_hi), extent(lo[plan.n], hi[plan.n]), extent(lo[plan.k], hi[plan.k])]
+        operands = [
+            a_ptr, a_st[plan.m], a_st[plan.k],
+            b_ptr, b_st[plan.k], b_st[plan.n],
+            c_ptr, c_st[plan.m], c_st[plan.n],
+        ]  # fmt: skip
+        overwrite = ll.Constant(V.I64, int(self.gemm_overwrite))
+        if self.plan.small_gemm_work is None:  # specialised: planning chose the GEMM for these sizes
+            b.call(gemm, [*extents, *operands, self.workspace, self.cancel, overwrite, team])
+            poll_cancel(b, self.cancel)  # the GEMM returned early: so does the phase
+            return
+        # generic: small extents (known only now) run plain loops; each extent is bounded too,
+        # so that the product cannot overflow
+        limit = ll.Constant(V.I64, self.plan.small_gemm_work)
+        small = b.icmp_signed("<", b.mul(b.mul(extents[0], extents[1]), extents[2]), limit)
+        for e in extents:
+            small = b.and_(small, b.icmp_signed("<", e, limit))
+        loops = define_small_gemm(self.module, dtype.numpy_name)
+        with b.if_else(small) as (plain, packed):
+            with plain:
+                if not self.gemm_team:
+                    b.call(loops, [*extents, *operands, overwrite])
+                else:  # every thread of the team gets here: the first to take a ticket runs it
+                    alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
+                    with b.if_else(alone) as (solo, shared):
+                        with solo:
+                            b.call(loops, [*extents, *operands, overwrite])
+                        with shared:
+                            block = b.inttoptr(self.lo, V.I8.as_pointer())
+                            ticket = b.bitcast(
+                                b.gep(block, [ll.Constant(V.I64, TEAM_TICKET)]), V.I64.as_pointer()
+                            )
+                            taken = b.atomic_rmw("add", ticket, ll.Constant(V.I64, 1), "monotonic")
+                            with b.if_then(b.icmp_signed("==", taken, ll.Constant(V.I64, 0))):
+                                b.call(loops, [*extents, *operands, overwrite])
+            with packed:
+                b.call(gemm, [*extents, *operands, self.workspace, self.cancel, overwrite, team])
         poll_cancel(b, self.cancel)  # the GEMM returned early: so does the phase
 
     def range_bound(self, expr: sympy.Expr) -> ll.Value:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from polyhedral import PolyStatement, Scop, StatementKind
+from polyhedral import Scop, StatementKind
 from polyhedral.contraction import ContractionPlan
 from polyhedral.convolution import ConvPlan, plan_convolutions
 from polyhedral.convolution import folded_inits as conv_folded_inits
@@ -39,6 +39,7 @@ from .astgen import (
     unwrap,
 )
 from .folding import FoldedTemporary, fold_storage, touches
+from .gemm_inits import folded_inits
 from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
@@ -53,6 +54,12 @@ from .storage import (
     workspace_end,
 )
 from .teams import team_barriers, team_phase
+
+# Below this many multiply-adds a generic kernel's GEMM call runs plain vector loops instead of
+# the packed GEMM (its extents are known only then). Measured here (one thread, float32): the
+# loops win up to 32³ (batched 16³: 47 against 290 µs for 500 of them; 32³: 85 against 142 µs for
+# 100) and lose from 48³ on (85 against 75 µs for 30); a single 1×64×1000 call 10 against 17 µs.
+SMALL_GEMM_WORK = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,10 @@ class KernelPlan:
     vector_width: int | None = None  # bits the vectorisers may use (None: the target's preference)
     # statement → its direct convolution (packed filters at the end of the workspace)
     convolutions: Mapping[str, ConvPlan] = field(default_factory=dict)
+    # a generic plan's GEMM calls run plain loops (emit/gemm_small.py) below this many
+    # multiply-adds, checked at each call; None: always the packed GEMM (specialised plans, whose
+    # contraction planning already left small statements on the loop path)
+    small_gemm_work: int | None = None
 
     def gemm_variant(self, dtype: str) -> str:
         """The GEMM the contractions of `dtype` call (host.gemm_variant: the plan's blocking)."""
@@ -178,8 +189,9 @@ class KernelPlan:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes) if self.sizes is not None else "symbolic"
         lines = [f"// plan for {self.program.name} ({sizes})"]
         lines += [f"// {d.describe(p)}" for d, p in zip(self.phases, self.ast.phases)]
+        small = f" (plain loops below {self.small_gemm_work} multiply-adds)" if self.small_gemm_work else ""
         for name, plan in sorted(self.contractions.items()):
-            lines.append(f"// {name}: GEMM m={plan.m} n={plan.n} k={plan.k}")
+            lines.append(f"// {name}: GEMM m={plan.m} n={plan.n} k={plan.k}{small}")
         for name, conv in sorted(self.convolutions.items()):
             lines.append(f"// {name}: {conv.describe()}")
         for name, order in sorted(self.layouts.items()):
@@ -211,6 +223,8 @@ class KernelPlan:
         specific = self.contracted or self.folded or self.layouts or self.sharing
         if not self.specialised and specific:
             raise PlanError(f"{self.program.name}: a generic plan with size-specific storage")
+        if self.specialised and self.small_gemm_work is not None:
+            raise PlanError(f"{self.program.name}: a specialised plan deciding its GEMM calls at run time")
         temporaries = {t.name for t in self.program.temporaries}
         for name in set(self.contracted) | set(self.sharing) | set(self.folded):
             if name not in temporaries:
@@ -328,7 +342,7 @@ def plan_kernel(
     excluded = set(contracted) | set(layouts) | set(folds)
     folded = set()
     if options.optimize:
-        folded = _folded_inits(scop, ast, contractions, sizes)
+        folded = folded_inits(scop, ast, contractions, sizes)
         # direct convolutions (a generic kernel's only where its calls run for every size)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     teams = {
@@ -370,6 +384,7 @@ def plan_kernel(
         gemm_blocking=options.gemm_blocking if contractions else None,
         vector_width=options.vector_width,
         convolutions=convolutions,
+        small_gemm_work=SMALL_GEMM_WORK if contractions and sizes is None else None,
     )
     plan.verify()
     return plan
@@ -378,51 +393,6 @@ def plan_kernel(
 def _with_filters(end: int, convolutions: Mapping[str, ConvPlan]) -> int:
     """The workspace with the packed filters of direct convolutions at its end (64-byte aligned)."""
     return -(-end // 64) * 64 + conv_workspace_bytes(convolutions) if convolutions else end
-
-
-def _folded_inits(
-    scop: Scop, ast: LoopAst, contractions: Mapping[str, ContractionPlan], sizes: Mapping[str, int] | None
-) -> set[int]:
-    """Phases that only zero the C of the GEMM the next phase runs, which can store its first K
-    block instead (saving a pass over C and, on threads, a dispatch): the next phase holds only
-    that contraction, whose calls cover exactly the cells the init zeroes — every variable looped
-    around the GEMM indexes the output (a reduction variable there, as in a convolution's kh and
-    kw, would add to the same C again), its only reduction variable is the GEMM's k, and a call
-    runs at every outer point the init zeroes: K is not empty (else no call would run), or, in a
-    generic kernel, the projected domain keeps no condition on K (a call with K empty zeroes C)."""
-    found = set()
-    for n in range(len(ast.phases) - 1):
-        inits, body = ast.phases[n].statements, ast.phases[n + 1].statements
-        if len(inits) != 1 or len(body) != 1 or body[0] not in contractions:
-            continue
-        init = inits[0]
-        gemm = contractions[body[0]]
-        init_stmt, stmt = scop.statement(init), scop.statement(gemm.statement)
-        if init_stmt.kind is not StatementKind.INIT or init_stmt.position != stmt.position:
-            continue
-        st = stmt.statement
-        if set(gemm.outer) | {gemm.m, gemm.n} != set(st.indices) or set(st.all_indices) - set(st.indices) != {
-            gemm.k
-        }:
-            continue
-        if sizes is not None:
-            k = st.range_of(gemm.k)
-            if compile_size_expr(k.hi)(sizes) - compile_size_expr(k.lo)(sizes) <= 0:
-                continue
-        elif not _calls_cover(init_stmt, stmt, gemm):
-            continue  # a generic kernel: the calls must run for every size, empty K included
-        found.add(n)
-    return found
-
-
-def _calls_cover(init: PolyStatement, projected: PolyStatement, gemm: ContractionPlan) -> bool:
-    """Whether a GEMM call runs at every outer point where its init zeroes something, for every
-    size (polyhedral/contraction._project keeps no condition on m, n, k's extents)."""
-    domain = init.domain
-    for pos in sorted((init.index_vars.index(v) for v in (gemm.m, gemm.n)), reverse=True):
-        domain = domain.project_out(isl.dim_type.set, pos, 1)
-    domain = domain.set_tuple_name(projected.name)
-    return domain.is_subset(projected.domain)
 
 
 def _chunked(phase: Phase, contractions: Mapping[str, ContractionPlan]) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from codegen.planning.plan import SMALL_GEMM_WORK as SMALL_WORK
 
 MM = "def mm(float(M, K) A, float(K, N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}\n"
 MM64 = "def mm(double(M, K) A, double(K, N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}\n"
@@ -37,8 +38,17 @@ ACC = "def acc(float(M, K) A, float(K, N) B) -> (C) {\n  C(m, n) += A(m, k) * B(
 SIZES = [
     (1, 1, 1), (1, 7, 13), (13, 1, 7), (7, 13, 1), (2, 3, 2), (3, 2, 17), (17, 31, 3), (31, 17, 64),
     (64, 64, 64), (100, 127, 31), (127, 100, 17), (13, 64, 100), (1, 127, 100), (100, 3, 127),
+    (40, 41, 40), (41, 40, 40), (2, 1024, 32), (1, 4096, 17),
 ]  # fmt: skip
 EMPTY = [(0, 5, 7), (5, 0, 7), (5, 7, 0), (0, 0, 0)]
+
+
+def test_sizes_cover_both_paths():
+    """A generic call below SMALL_WORK multiply-adds runs plain loops, else the packed GEMM: the
+    sizes the tests use take both, and the edge between them."""
+    work = [m * k * n for m, k, n in SIZES]
+    assert min(work) < SMALL_WORK <= max(work)
+    assert sum(w >= SMALL_WORK for w in work) >= 4 and sum(w < SMALL_WORK for w in work) >= 4
 
 
 def rng():
@@ -101,10 +111,31 @@ def test_accumulating_contraction_adds_to_the_callers_buffer(threads):
         close(out, C0 + A.astype(np.float64) @ B, K + 1)
 
 
+def test_small_extents_shared_by_a_team(monkeypatch):
+    """Below SMALL_WORK a generic call runs plain loops; when the runtime still hands
+    the phase to a team of threads, exactly one of them runs the loops (a `+=` applied twice
+    would show), also for an accumulating contraction."""
+    import codegen.runtime.parallel as parallel
+
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    r = rng()
+    for source in (MM, ACC):
+        k = generic(source, 2)
+        assert "threads share the gemm" in k.inspect("plan")
+        for M, K, N in [(3, 5, 7), (15, 16, 17), (1, 1, 1), (4, 0, 4), (64, 64, 64)]:
+            A = r.standard_normal((M, K), dtype=np.float32)
+            B = r.standard_normal((K, N), dtype=np.float32)
+            C0 = r.standard_normal((M, N), dtype=np.float32)
+            out = C0.copy()
+            k(A, B, out={"C": out})
+            close(out, (C0 if source is ACC else 0) + A.astype(np.float64) @ B, K + 1)
+
+
 def test_generic_matches_specialised():
     kg, ks = generic(MM), tl.compile(MM, options=tl.Options(threads=1))
     r = rng()
-    for M, K, N in [(64, 64, 64), (100, 127, 31), (31, 17, 64)]:
+    for M, K, N in [(64, 64, 64), (100, 127, 31), (41, 40, 40), (13, 64, 100)]:
+        assert M * K * N >= SMALL_WORK
         A = r.standard_normal((M, K), dtype=np.float32)
         B = r.standard_normal((K, N), dtype=np.float32)
         # the same GEMM with the same blocking: the same sums in the same order
@@ -114,7 +145,7 @@ def test_generic_matches_specialised():
 def test_float64():
     k = generic(MM64, 2)
     r = rng()
-    for M, K, N in SIZES[:8] + EMPTY[:2]:
+    for M, K, N in SIZES[:8] + SIZES[8:10] + EMPTY[:2]:
         A, B = r.standard_normal((M, K)), r.standard_normal((K, N))
         close(k(A, B), A @ B, K)
 
@@ -132,9 +163,11 @@ def test_transposed_operands(threads):
 def test_non_contiguous_inputs():
     k = generic(MM, 2)
     r = rng()
-    A = r.standard_normal((40, 62), dtype=np.float32)[::2, 1::2]  # 20 × 31, strided
-    B = np.asfortranarray(r.standard_normal((31, 17), dtype=np.float32))
-    close(k(A, B), A.astype(np.float64) @ B, 31)
+    for M, K, N in [(20, 31, 17), (40, 62, 40)]:  # plain loops, the GEMM
+        A = r.standard_normal((2 * M, 2 * K), dtype=np.float32)[::2, 1::2]  # strided rows and columns
+        B = np.asfortranarray(r.standard_normal((K, N), dtype=np.float32))
+        close(k(A, B), A.astype(np.float64) @ B, K)
+        close(k(A.T.copy().T, B.T.copy().T), A.astype(np.float64) @ B, K)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -203,6 +236,7 @@ def test_convolution_on_the_gemm_path():
         ((1, 3, 7, 9), (5, 3, 3, 3)),
         ((2, 1, 5, 5), (1, 1, 1, 2)),
         ((1, 4, 3, 3), (2, 4, 3, 3)),
+        ((1, 32, 4, 70), (32, 32, 3, 3)),  # 68 · 32 · 32 multiply-adds a call: the packed GEMM
     ]:
         inp = r.standard_normal(shape, dtype=np.float32)
         Wt = r.standard_normal(wshape, dtype=np.float32)
@@ -266,3 +300,39 @@ def test_generic_export_calls_the_gemm(tmp_path):
         pointers = [ctypes.c_void_p(x.ctypes.data) for x in (A, B, C)]
         assert fn(*pointers, *[ctypes.c_int64(s) for s in (M, K, N)]) == 0
         close(C, A.astype(np.float64) @ B, K)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threads", [1, 2])
+def test_corpus_contractions_generic(threads):
+    """Every case of the public TC corpus whose generic plan calls the GEMM matches its reference."""
+    import warnings
+
+    from test_corpus_e2e import CASES, assert_close, make_inputs, reference
+
+    if not CASES:
+        pytest.skip("../shared/tc_corpus/public.json not found")
+    ran = 0
+    for name, case in sorted(CASES.items()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tl.TensorLangWarning)
+            options = tl.Options(specialize=False, threads=threads)
+            kernel = tl.compile(case["tc"], case.get("entry"), options=options)
+        if "GEMM" not in kernel.inspect("plan"):
+            continue
+        ran += 1
+        rng = np.random.default_rng(0)
+        inputs = make_inputs(case, rng)
+        preinit = {
+            k: rng.uniform(-1, 1, size=v).astype(case["output_dtypes"][k])
+            for k, v in case.get("preinit", {}).items()
+        }
+        expected = reference(case)(*inputs, *[p.copy() for p in preinit.values()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tl.TensorLangWarning)
+            result = kernel(*inputs, out={k: v.copy() for k, v in preinit.items()} or None)
+        results = result if isinstance(result, tuple) else (result,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for out_name, actual, want in zip(case["outputs"], results, expected):
+            assert_close(actual, want, f"{name}:{out_name}")
+    assert ran >= 5  # the corpus has a dozen contractions
