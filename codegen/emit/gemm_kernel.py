@@ -20,8 +20,9 @@ from .gemm_pack import (
     store,
     vptr,
 )
-from .gemm_team import TEAM_DONE, TEAM_PANEL, TEAM_SIZE, TEAM_TICKET
+from .gemm_team import TEAM_DONE, TEAM_PANEL, TEAM_SIZE, TEAM_SLEEPERS, TEAM_TICKET
 from .values import I1, I8, I32, I64
+from .workers import futex_number, sleep_until, wake_sleepers
 
 I8P = I8.as_pointer()
 I32P = I32.as_pointer()
@@ -334,6 +335,7 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
                         block(ic, mc, pc, kc, jc, nc, bp)
         with cooperative:
             ticket, done = counter(TEAM_TICKET), counter(TEAM_DONE)
+            sleepers = counter(TEAM_SLEEPERS) if futex_number() is not None else None
             threads = b.load(counter(TEAM_SIZE))
             bp = b.bitcast(b.gep(team, [c64(TEAM_PANEL)], inbounds=True), tp)
             # rows per compute task: about TASKS_PER_THREAD tasks per thread, MR-aligned, at most MC
@@ -360,9 +362,11 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
                 b.cbranch(b.icmp_signed("<", b.load(mine), end), body, out)
                 b.position_at_end(body)
                 _stop_if_cancelled(b, cancel)
-                _wait_until(module, b, done, start, cancel, spins)
+                _wait_until(module, b, done, start, cancel, spins, sleepers)
                 task(b.sub(b.load(mine), start))
-                b.atomic_rmw("add", done, c64(1), "acq_rel")
+                b.atomic_rmw("add", done, c64(1), "seq_cst")
+                if sleepers is not None:
+                    wake_sleepers(module, b, done, sleepers)
                 b.store(b.atomic_rmw("add", ticket, c64(1), "monotonic"), mine)
                 b.branch(head)
                 b.position_at_end(out)
@@ -399,6 +403,8 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
 SPIN_LIMIT = 64
 YIELD_LIMIT = 2048
 SLEEP_US = 50
+FUTEX_SPINS = 1024  # a GEMM team's waits: `pause` this many looks (tens of µs), then sleep
+FUTEX_TIMEOUT_NS = 1_000_000  # and look again (the cancel word too) at least every millisecond
 
 
 def back_off(module: ir.Module, b: ir.IRBuilder, spins, spin_limit: int, yield_limit: int) -> None:
@@ -418,10 +424,14 @@ def back_off(module: ir.Module, b: ir.IRBuilder, spins, spin_limit: int, yield_l
                     b.call(declare_intrinsic(module, "usleep", I32, [I32]), [ir.Constant(I32, SLEEP_US)])
 
 
-def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins) -> None:
+def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins, sleepers) -> None:
     """Wait until the finished-task counter reaches `target` (an acquire load, so that what those
-    tasks wrote is visible), spinning, yielding, then sleeping between looks; return from the
-    function if the call is cancelled meanwhile. `spins` is an i64 alloca."""
+    tasks wrote is visible); return from the function if the call is cancelled meanwhile. `spins`
+    is an i64 alloca. Where the futex system call exists (`sleepers` not None): `pause` between
+    the first FUTEX_SPINS looks, then sleep until a finished task wakes this thread (at most
+    FUTEX_TIMEOUT_NS a time). A sleeping thread gives its core away without giving up its turn:
+    sched_yield() on a machine shared with other processes (other scheduling groups) handed the
+    core to them for a whole time slice. Elsewhere: back_off's spin, yield, sleep."""
     b.store(c64(0), spins)
     head = b.append_basic_block("wait.head")
     spin = b.append_basic_block("wait.spin")
@@ -431,7 +441,16 @@ def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins)
     seen = b.load_atomic(done, "acquire", 8)
     b.cbranch(b.icmp_signed(">=", seen, target), ready, spin).set_weights([1 << 10, 1])
     b.position_at_end(spin)
-    back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
+    if sleepers is None:
+        back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
+    else:
+        count = b.load(spins)
+        b.store(b.add(count, c64(1)), spins)
+        with b.if_else(b.icmp_signed("<", count, c64(FUTEX_SPINS))) as (busy, later):
+            with busy:
+                _pause(module, b)
+            with later:
+                sleep_until(module, b, done, target, sleepers, FUTEX_TIMEOUT_NS)
     _stop_if_cancelled(b, cancel)
     b.branch(head)
     b.position_at_end(ready)

@@ -10,6 +10,7 @@ from ..host.blocking import ELEMENT_BYTES
 TEAM_TICKET = 0  # i64: the next task nobody has taken yet
 TEAM_DONE = 64  # i64: tasks finished
 TEAM_SIZE = 128  # i64: threads in the team (balances the row blocks; results do not depend on it)
+TEAM_SLEEPERS = 136  # i64: threads asleep until TEAM_DONE moves (a finished task wakes them)
 TEAM_PANEL = 256  # the packed KC×NC panel of B all threads compute from
 
 # A loop team (PhasePlan.barriers: threads run a sequential loop together and meet at barriers)

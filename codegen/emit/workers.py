@@ -37,6 +37,7 @@ SLOT_COUNTER = SLOT_COUNT + 8  # i64*: the next pair nobody has taken yet
 SLOT_CODE = SLOT_COUNTER + 8  # i32: what the piece returned
 SLOT_CPU = SLOT_CODE + 8  # i64: the core the caller runs on (a woken worker moves off it)
 SLOT_SLEEPS = SLOT_CPU + 8  # i64: how often the worker slept (for tests and measurements)
+SLOT_SHARED = SLOT_SLEEPS + 8  # i64: pieces the worker found itself on the caller's core for
 SLOT_ERROR = 256  # i64[4]: the piece's error record (the entry's `error` argument points here)
 SLOT_OWN_COUNTER = 320  # i64: the counter of the slot's own list
 SLOT_LIST = 384  # i64 pairs: the slot's own list of [lo, hi) ranges
@@ -45,8 +46,10 @@ SLOT_PAIRS = (SLOT_BYTES - SLOT_LIST) // 16
 ARG_LO, ARG_HI = 4, 5  # the entry's arguments replaced by each range
 
 # a worker spins this long (time-stamp counter cycles, ~0.3 ms at 3 GHz) for its next piece
-# before it sleeps; a waiting caller spins a tenth of it
+# before it sleeps; a waiting caller spins a tenth of it. Past PAUSE_CYCLES (~15 µs) a spinning
+# thread yields its core between looks (to the caller, when the scheduler put both on one core)
 SPIN_CYCLES = 1_000_000
+PAUSE_CYCLES = 50_000
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 WAKE_ALL = 2**31 - 1
 
@@ -82,7 +85,9 @@ def _pause(module: ir.Module, b: ir.IRBuilder, x86: bool) -> None:
 
 def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool):
     """Spin (at most `budget` cycles) until the acquire-loaded `word` reaches `target` (≥ when
-    `until_ge`, else ≠). Returns the last value seen."""
+    `until_ge`, else ≠): `pause` between looks for the first PAUSE_CYCLES, then sched_yield(),
+    so that a thread sharing this core (the caller, another process) runs meanwhile. Returns the
+    last value seen."""
     clock = declare_intrinsic(module, "llvm.readcyclecounter", I64, [])
     start = b.call(clock, [])
     head = b.append_basic_block("spin.head")
@@ -94,8 +99,12 @@ def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool)
     ready = b.icmp_signed(">=", seen, target) if until_ge else b.icmp_signed("!=", seen, target)
     b.cbranch(ready, out, body)
     b.position_at_end(body)
-    _pause(module, b, x86)
     elapsed = b.sub(b.call(clock, []), start)
+    with b.if_else(b.icmp_unsigned("<", elapsed, c64(PAUSE_CYCLES))) as (busy, polite):
+        with busy:
+            _pause(module, b, x86)
+        with polite:
+            b.call(declare_intrinsic(module, "sched_yield", I32, []), [])
     b.cbranch(b.icmp_unsigned("<", elapsed, c64(budget)), head, out)
     b.position_at_end(out)
     return b.load_atomic(word, "acquire", 8)
@@ -195,7 +204,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b = ir.IRBuilder(entry)
     (slot,) = main.args
     seq_word, done_word = _word(b, slot, SLOT_SEQ), _word(b, slot, SLOT_DONE)
-    moved = b.alloca(I32)
     # the last generation done when the thread was made (the caller may post the next one
     # before the new thread first looks at SLOT_SEQ)
     first = b.load_atomic(done_word, "acquire", 8)
@@ -204,7 +212,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b.position_at_end(head)
     last = b.phi(I64, name="last")
     last.add_incoming(first, entry)
-    b.store(ir.Constant(I32, 0), moved)
     seen = _spin_until(module, b, seq_word, last, SPIN_CYCLES, x86, until_ge=False)
     posted = b.append_basic_block("posted")
     sleep = b.append_basic_block("sleep")
@@ -213,7 +220,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     sleeps = _word(b, slot, SLOT_SLEEPS)
     b.store(b.add(b.load(sleeps), c64(1)), sleeps)
     _futex(module, b, futex_nr, seq_word, FUTEX_WAIT_PRIVATE, last, ir.Constant(I8P, None))
-    b.store(ir.Constant(I32, 1), moved)
     recheck = b.load_atomic(seq_word, "acquire", 8)
     b.cbranch(b.icmp_signed("!=", recheck, last), posted, sleep)
     b.position_at_end(posted)
@@ -222,12 +228,14 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     work = b.append_basic_block("work")
     b.cbranch(b.icmp_signed("<", now, c64(0)), leave, work)
     b.position_at_end(work)
-    # a worker woken from its sleep is often put on the core of the thread that woke it, which
-    # runs a piece there too: move to another core first (the caller wrote its core)
-    with b.if_then(b.icmp_signed("!=", b.load(moved), ir.Constant(I32, 0))):
-        caller = b.load(_word(b, slot, SLOT_CPU))
-        with b.if_then(b.icmp_signed("==", b.sext(b.call(sched_getcpu, []), I64), caller)):
-            _move_off(module, b, caller)
+    # a worker woken from its sleep is often put on the core of the thread that woke it (and a
+    # busy machine's balancing may move a spinning one there), which runs a piece too: move to
+    # another core first (the caller wrote its core); SLOT_SHARED counts it
+    caller = b.load(_word(b, slot, SLOT_CPU))
+    with b.if_then(b.icmp_signed("==", b.sext(b.call(sched_getcpu, []), I64), caller)):
+        shared = _word(b, slot, SLOT_SHARED)
+        b.store(b.add(b.load(shared), c64(1)), shared)
+        _move_off(module, b, caller)
     code = b.call(run, [slot])
     b.store(code, _word(b, slot, SLOT_CODE, I32))
     b.store_atomic(now, done_word, "seq_cst", 8)
@@ -273,3 +281,35 @@ def _move_off(module: ir.Module, b: ir.IRBuilder, cpu) -> None:
             with b.if_then(b.icmp_unsigned("!=", rest, c64(0))):
                 b.call(put, [ir.Constant(I32, 0), c64(CPUSET_BYTES), o8])
                 b.call(put, [ir.Constant(I32, 0), c64(CPUSET_BYTES), a8])
+
+
+def futex_number() -> int | None:
+    """The futex system call's number on the host LLVM generates code for, or None."""
+    import llvmlite.binding as llvm
+
+    arch = llvm.get_process_triple().split("-")[0]
+    return {"x86_64": 202, "aarch64": 98}.get(arch) if "linux" in llvm.get_process_triple() else None
+
+
+def sleep_until(module: ir.Module, b: ir.IRBuilder, word, target, sleepers, timeout_ns: int) -> None:
+    """One sleep of a thread waiting for the i64 counter `word` to reach `target`: count itself
+    in `sleepers` (an i64 the threads that advance `word` read, `wake_sleepers`), look once more,
+    then FUTEX_WAIT at most `timeout_ns` (returns at once if the word moved meanwhile), and
+    count itself out. The caller looks at the word again after it (and checks its cancel word)."""
+    nr = futex_number()
+    b.atomic_rmw("add", sleepers, c64(1), "seq_cst")
+    seen = b.load_atomic(word, "seq_cst", 8)
+    with b.if_then(b.icmp_signed("<", seen, target)):
+        at_entry = ir.IRBuilder(b.function.entry_basic_block)  # not in the loop: the stack stays
+        at_entry.position_at_start(b.function.entry_basic_block)
+        spec = at_entry.alloca(ir.LiteralStructType([I64, I64]))
+        b.store(c64(timeout_ns // 1_000_000_000), b.gep(spec, [ir.Constant(I32, 0), ir.Constant(I32, 0)]))
+        b.store(c64(timeout_ns % 1_000_000_000), b.gep(spec, [ir.Constant(I32, 0), ir.Constant(I32, 1)]))
+        _futex(module, b, nr, word, FUTEX_WAIT_PRIVATE, seen, b.bitcast(spec, I8P))
+    b.atomic_rmw("sub", sleepers, c64(1), "seq_cst")
+
+
+def wake_sleepers(module: ir.Module, b: ir.IRBuilder, word, sleepers) -> None:
+    """After advancing `word` (a seq_cst update): wake the threads sleeping on it, if any."""
+    with b.if_then(b.icmp_signed(">", b.load_atomic(sleepers, "seq_cst", 8), c64(0))):
+        _futex(module, b, futex_number(), word, FUTEX_WAKE_PRIVATE, c64(WAKE_ALL), ir.Constant(I8P, None))
