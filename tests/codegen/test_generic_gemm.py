@@ -336,3 +336,33 @@ def test_corpus_contractions_generic(threads):
         for out_name, actual, want in zip(case["outputs"], results, expected):
             assert_close(actual, want, f"{name}:{out_name}")
     assert ran >= 5  # the corpus has a dozen contractions
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_ranges_computed_from_sizes_at_run_time(threads):
+    """Range bounds that are expressions of the sizes (K - 1, (M + 1) / 2), evaluated by the call."""
+    shifted = generic(
+        "def s(float(M, K) A, float(K, N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k + 1, n)\n}\n", threads
+    )
+    strided = generic(
+        "def s(float(M, K) A, float(K, N) B) -> (C) {\n  C(m, n) +=! A(2 * m, k) * B(k, n) where m in 0:(M + 1) / 2\n}\n",
+        threads,
+    )
+    r = rng()
+    for M, K, N in [(5, 1, 3), (6, 2, 3), (51, 70, 60), (128, 300, 64)]:
+        A = r.standard_normal((M, K), dtype=np.float32)
+        B = r.standard_normal((K, N), dtype=np.float32)
+        close(shifted(A, B), A[:, : K - 1].astype(np.float64) @ B[1:], K)
+        close(strided(A, B), A[::2].astype(np.float64) @ B, K)
+
+
+def test_blocking_variant_and_loops_text():
+    """Options(gemm_blocking=...) reaches the generic GEMM calls; inspect("loops") shows them."""
+    k = generic(MM, 2, gemm_blocking=(48, 256, 64))
+    assert "gemm=float32@48x256x64" in k.inspect("plan")
+    assert "gemm(m in 0:M, n in 0:N, k in 0:K)" in k.inspect("loops")
+    r = rng()
+    for M, K, N in [(100, 130, 300), (7, 200, 9), (49, 65, 257)]:  # several blocks, partial ones
+        A = r.standard_normal((M, K), dtype=np.float32)
+        B = r.standard_normal((K, N), dtype=np.float32)
+        close(k(A, B), A.astype(np.float64) @ B, K)
