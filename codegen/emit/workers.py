@@ -46,8 +46,8 @@ SLOT_PAIRS = (SLOT_BYTES - SLOT_LIST) // 16
 ARG_LO, ARG_HI = 4, 5  # the entry's arguments replaced by each range
 
 # a worker spins this long (time-stamp counter cycles, ~0.3 ms at 3 GHz) for its next piece
-# before it sleeps; a waiting caller spins a tenth of it. Past PAUSE_CYCLES (~15 µs) a spinning
-# thread yields its core between looks (to the caller, when the scheduler put both on one core)
+# before it sleeps; past PAUSE_CYCLES (~15 µs) it yields its core between looks (to the caller,
+# when the scheduler put both on one core). A waiting caller pauses 2 * PAUSE_CYCLES, then sleeps
 SPIN_CYCLES = 1_000_000
 PAUSE_CYCLES = 50_000
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
@@ -83,11 +83,11 @@ def _pause(module: ir.Module, b: ir.IRBuilder, x86: bool) -> None:
         b.call(declare_intrinsic(module, "llvm.x86.sse2.pause", ir.VoidType(), []), [])
 
 
-def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool):
+def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool, polite: bool = True):
     """Spin (at most `budget` cycles) until the acquire-loaded `word` reaches `target` (≥ when
-    `until_ge`, else ≠): `pause` between looks for the first PAUSE_CYCLES, then sched_yield(),
-    so that a thread sharing this core (the caller, another process) runs meanwhile. Returns the
-    last value seen."""
+    `until_ge`, else ≠): `pause` between looks for the first PAUSE_CYCLES, then (if `polite`)
+    sched_yield(), so that a thread sharing this core (the caller, another process) runs
+    meanwhile. Returns the last value seen."""
     clock = declare_intrinsic(module, "llvm.readcyclecounter", I64, [])
     start = b.call(clock, [])
     head = b.append_basic_block("spin.head")
@@ -100,10 +100,10 @@ def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool)
     b.cbranch(ready, out, body)
     b.position_at_end(body)
     elapsed = b.sub(b.call(clock, []), start)
-    with b.if_else(b.icmp_unsigned("<", elapsed, c64(PAUSE_CYCLES))) as (busy, polite):
+    with b.if_else(b.icmp_unsigned("<", elapsed, c64(PAUSE_CYCLES if polite else budget))) as (busy, later):
         with busy:
             _pause(module, b, x86)
-        with polite:
+        with later:
             b.call(declare_intrinsic(module, "sched_yield", I32, []), [])
     b.cbranch(b.icmp_unsigned("<", elapsed, c64(budget)), head, out)
     b.position_at_end(out)
@@ -184,7 +184,9 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b = ir.IRBuilder(wait.append_basic_block("entry"))
     slot, seq, timeout = wait.args
     word = _word(b, slot, SLOT_DONE)
-    seen = _spin_until(module, b, word, seq, SPIN_CYCLES // 10, x86, until_ge=True)
+    # the caller pauses, then sleeps until the worker's wake: a yield on a machine shared with
+    # other processes can hand them the core for a whole time slice
+    seen = _spin_until(module, b, word, seq, PAUSE_CYCLES * 2, x86, until_ge=True, polite=False)
     ready = b.append_basic_block("ready")
     sleep = b.append_basic_block("sleep")
     b.cbranch(b.icmp_signed(">=", seen, seq), ready, sleep)

@@ -65,12 +65,15 @@ def whole_call_table(
 ) -> np.ndarray | None:
     """The records (emit/gemm_team.py) of a whole-call team for these plans, or None when one
     dispatch per phase is the way: a GEMM team phase (its counters would clash with the
-    barrier's), a single phase, or no phase that several threads share. `parallel(plan)`: the
+    barrier's), a single phase, or fewer than two phases worth threads (phase by phase, that is
+    one dispatch too, with no barrier: a convolution's folded zeroing and the convolution). `parallel(plan)`: the
     phase is worth threads; `team(plan)`: a loop team is worth it; `split(range, parts)`: the
     [lo, hi) shares of a loop."""
     from ..emit.gemm_team import WHOLE_ALONE, WHOLE_SPLIT, WHOLE_TEAM
 
     if threads < 2 or len(plans) < 2 or any(p.team and not p.loop_team for p in plans):
+        return None
+    if sum(1 for p in plans if parallel(p)) < 2:  # one dispatch either way, and no barriers
         return None
     width = 2 + 2 * threads
     table = np.zeros((len(plans), width), dtype=np.int64)
