@@ -30,9 +30,11 @@ import islpy as isl
 
 from tensorlang import ir
 
-from ..planning.astgen import contains_loop, leaves_under, loop_range, unwrap
+from ..planning.astgen import contains_loop, expr_mentions, leaves_under, loop_range, unwrap
 
 WARP = 32
+#: rows shorter than this keep one thread per row (a warp would leave most of its lanes idle)
+ROW_MIN = 16
 #: rows of at most this many iterations run one per warp (<= 4 per lane); longer rows, a block
 WARP_ROW_MAX = 128
 #: threads per block in warp-per-row mode (8 rows per block)
@@ -53,6 +55,7 @@ class RowStep:
     statements: tuple[str, ...]
     reductions: tuple[str, ...] = ()
     iterator: str = ""
+    coalesced: bool = False  # some access of the loop walks its tensor's stride-1 dimension with it
 
 
 @dataclass(frozen=True)
@@ -139,9 +142,15 @@ def row_mapping(plan, body: isl.AstNode, rows: int, values: Mapping) -> tuple[Ro
         found = loop_range(item, values)
         lengths.append(None if found is None else max(0, -(-(found[1] - found[0]) // found[2])))
     flush()
-    if not any(s.kind == "loop" for s in steps):
+    loops = [s for s in steps if s.kind == "loop"]
+    if not loops:
         return None, "no loop inside the row"
+    if not any(s.coalesced for s in loops):
+        # threads of a row would read far apart; the mapped loops may do better side by side
+        return None, "no loop inside the row walks a stride-1 dimension"
     length = None if None in lengths else max(lengths)
+    if length is not None and length < ROW_MIN:
+        return None, f"rows of {length} < {ROW_MIN} iterations, too short to share"
     if length is not None and length <= WARP_ROW_MAX:
         return RowMapping(WARP, rows, WARP_BLOCK // WARP, length, tuple(steps)), ""
     threads = MAX_BLOCK
@@ -173,6 +182,7 @@ def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
     accesses: list[tuple[str, str, tuple | None, bool]] = []  # (statement, tensor, subscripts, write)
     reductions: list[str] = []
     writers: dict[str, list[str]] = {}
+    walk = [0, 0]  # accesses moving with j along their stride-1 dimension, and across it
     for leaf in leaves:
         poly = plan.scop.statement(leaf.statement)
         st = poly.statement
@@ -187,12 +197,15 @@ def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
             reductions.append(leaf.statement)
         elif not moves:
             return None, f"{leaf.statement} writes the same element of {st.tensor} in every iteration of {j}"
+        else:
+            _walk(walk, st.lhs, exprs, j)
         writers.setdefault(st.tensor, []).append(leaf.statement)
         accesses.append((leaf.statement, st.tensor, lhs, True))
         if poly.kind != "init":
             for read in ir.walk(st.rhs):
                 if isinstance(read, ir.Read):
                     accesses.append((leaf.statement, read.tensor, _subscripts(read.indices, exprs), False))
+                    _walk(walk, read.indices, exprs, j)
     for tensor, names in writers.items():
         mine = [a for a in accesses if a[1] == tensor]
         if any(n in reductions for n in names):
@@ -202,7 +215,27 @@ def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
         if any(a[2] is None or a[2] != mine[0][2] for a in mine):
             return None, f"{tensor} is written in the loop {j} and accessed there at another element"
     names = tuple(leaf.statement for leaf in leaves)
-    return RowStep("loop", (loop,), names, tuple(reductions), j), ""
+    coalesced = walk[0] > walk[1]
+    return RowStep("loop", (loop,), names, tuple(reductions), j, coalesced), ""
+
+
+def _walk(walk: list[int], subs: tuple[ir.Expr, ...], exprs: Mapping[str, isl.AstExpr], j: str) -> None:
+    """Count an access that moves with the loop `j`: walk[0] when along its stride-1 dimension
+    (neighbouring threads, neighbouring elements), walk[1] when across another dimension (far
+    apart); a data-dependent last subscript (a gather within the row) counts as neither."""
+
+    def mentions(sub: ir.Expr) -> bool:
+        names = {x.name for x in ir.walk(sub) if isinstance(x, ir.IndexRef)}
+        return any(n in exprs and expr_mentions(exprs[n], j) for n in names)
+
+    if not subs or not any(mentions(sub) for sub in subs):
+        return
+    last = _subscripts(subs[-1:], exprs)
+    if last is None:
+        walk[1] += 0 if mentions(subs[-1]) else 1
+        return
+    step = abs(dict(last[0]).get(j, 0))
+    walk[0 if step == 1 else 1] += 1
 
 
 def _subscripts(subs: tuple[ir.Expr, ...], exprs: Mapping[str, isl.AstExpr]) -> tuple | None:
