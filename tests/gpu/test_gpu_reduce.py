@@ -277,3 +277,33 @@ def test_row_ptx_assembles(src: str, sizes: dict, tmp_path) -> None:
             text=True,
         )
         assert done.returncode == 0, done.stderr[:2000]
+
+
+# ------------------------------------------------------- the whole call path, stand-in driver
+
+
+@pytest.mark.parametrize("sizes", [{"N": 5, "D": 40}, {"N": 3, "D": 700}])
+def test_row_phase_through_the_stand_in_driver(monkeypatch, sizes: dict) -> None:
+    """The runtime launches a row phase with the mapping's grid (checked by the stand-in), no
+    dynamic shared memory (the shared array is static), and the emulation gives softmax."""
+    import os
+    import sys
+
+    from codegen.gpu import runtime
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from fake_driver import FakeDriver
+
+    driver = FakeDriver()
+    monkeypatch.setattr(runtime, "_STATE", runtime._Process(os.getpid()))
+    monkeypatch.setattr(runtime, "driver", lambda: driver)
+    kernel = tl.compile(SOFTMAX, target="cuda")
+    driver.register(kernel, sizes)
+    X = rand((sizes["N"], sizes["D"]), np.float32)
+    Y = kernel(X)
+    e = np.exp(X - X.max(1, keepdims=True))
+    np.testing.assert_allclose(Y, e / e.sum(1, keepdims=True), rtol=2e-5, atol=1e-7)
+    (launch,) = [args for name, args in driver.calls if name == "cuLaunchKernel"]
+    _, mapping = kernel.plan(sizes)
+    assert launch[1][0] == mapping.phases[0].blocks and launch[2][0] == mapping.phases[0].block
+    assert launch[3] == 0
