@@ -220,13 +220,15 @@ class _RowEmitter:
                 return fn(self.value(x, reads), self.value(y, reads), flags=flags)
         raise NotImplementedError(f"row vector expression {e!r}")  # row_analysis.vectorisable
 
-    def block(self, d: ll.Value, masked: bool) -> None:
-        """One masked block at js + d, every vector loaded afresh."""
+    def block(self, d: ll.Value, masked_loads: bool) -> None:
+        """One block at js + d whose store is masked to the row, every vector loaded afresh
+        (masked to the elements the scalar loop reads, unless the row is known to lie inside
+        its tensors' allocations)."""
         loaded = []
         for g, group in enumerate(self.row.groups):
             qlo, qhi = group.vector_range(self.lanes)
-            loaded.append({m: self.load_group(g, d, m, masked) for m in range(qlo, qhi + 1)})
-        self.store(d, self.compute(loaded), masked)
+            loaded.append({m: self.load_group(g, d, m, masked_loads) for m in range(qlo, qhi + 1)})
+        self.store(d, self.compute(loaded), True)
 
     def store(self, d: ll.Value, value: ll.Value, masked: bool) -> None:
         b = self.b
@@ -236,7 +238,7 @@ class _RowEmitter:
         else:
             b.store(value, ptr, align=self.esize)
 
-    def masked_loop(self, start: ll.Value, limit: ll.Value) -> ll.Value:
+    def masked_loop(self, start: ll.Value, limit: ll.Value, masked_loads: bool) -> ll.Value:
         """for (d = start; d < limit; d += lanes) masked block; the d it leaves with."""
         b = self.b
         pre = b.block
@@ -249,7 +251,7 @@ class _RowEmitter:
         d.add_incoming(start, pre)
         b.cbranch(b.icmp_signed("<", d, limit), body, done)
         b.position_at_end(body)
-        self.block(d, True)
+        self.block(d, masked_loads)
         d.add_incoming(b.add(d, self.c(self.lanes)), b.block)
         b.branch(header)
         b.position_at_end(done)
@@ -310,6 +312,38 @@ class _RowEmitter:
 
     # ------------------------------------------------------------------ the row
 
+    def inside_allocations(self, head: ll.Value) -> ll.Value:
+        """Whether every vector the row's blocks load, from the block at `head` to the one
+        holding iteration n - 1, lies inside its tensor's allocation (all but a tensor's first
+        and last rows): then only the stores at the row's ends need masks."""
+        b, lanes = self.b, self.lanes
+        ok = ll.Constant(V.I1, 1)
+        for g, group in enumerate(self.row.groups):
+            qlo, qhi = group.vector_range(lanes)
+            base = b.ptrtoint(self.low.pointers[group.tensor], V.I64)
+            first = b.ashr(b.sub(b.ptrtoint(self.gptr[g], V.I64), base), self.c(self.esize.bit_length() - 1))
+            lowest = b.add(first, b.add(head, self.c(lanes * qlo)))
+            highest = b.add(first, b.add(self.n, self.c(lanes * qhi + lanes - 2)))  # blocks start below n
+            inside = b.and_(
+                b.icmp_signed(">=", lowest, self.c(0)),
+                b.icmp_signed("<", highest, self.numel(group.tensor)),
+            )
+            ok = b.and_(ok, inside)
+        return ok
+
+    def numel(self, tensor: str) -> ll.Value:
+        """Elements allocated for `tensor`: its outermost stored dimension's stride × extent."""
+        low = self.low
+        order = low.layouts.get(tensor, tuple(range(low.program.tensor(tensor).rank)))
+        outer = order[0]
+        fold = low.plan.folded.get(tensor)
+        extent = (
+            ll.Constant(V.I64, fold.modulus)
+            if fold is not None and fold.dim == outer
+            else low.extent(tensor, outer)
+        )
+        return self.b.mul(low.element_strides(tensor)[outer], extent)
+
     def emit(self) -> None:
         b, lanes = self.b, self.lanes
         # first block: where the store's address is aligned to a whole vector
@@ -318,17 +352,25 @@ class _RowEmitter:
         mis = b.and_(b.lshr(addr, self.c(shift)), self.c(lanes - 1))
         a = b.and_(b.sub(self.c(lanes), mis), self.c(lanes - 1))  # aligned block start, from js
         head = b.select(b.icmp_signed(">", a, self.c(0)), b.sub(a, self.c(lanes)), a)
-        # unmasked blocks need every load within the elements read: from below ...
-        need_lo = max(min(g.offsets) - lanes * g.vector_range(lanes)[0] for g in self.row.groups)
-        s = b.select(b.icmp_signed(">=", a, self.c(need_lo)), a, b.add(a, self.c(lanes)))
-        # ... and from above: block + need_hi <= n
-        need_hi = max(
-            [lanes] + [lanes * (g.vector_range(lanes)[1] + 1) - max(g.offsets) for g in self.row.groups]
-        )
-        d = self.masked_loop(head, _smin(b, s, self.n))
-        d = self.steady_loop(d, need_hi, STEADY_UNROLL)
-        d = self.steady_loop(d, need_hi, 1)
-        self.masked_loop(d, self.n)
+        with b.if_else(self.inside_allocations(head)) as (inside, edge):
+            with inside:  # loads anywhere in the row's blocks are safe: masks on the stores only
+                d = self.masked_loop(head, _smin(b, a, self.n), False)
+                d = self.steady_loop(d, lanes, STEADY_UNROLL)
+                d = self.steady_loop(d, lanes, 1)
+                self.masked_loop(d, self.n, False)
+            with edge:  # a tensor's first or last row: no load beyond what the scalar loop reads
+                # unmasked blocks need every load within the elements read: from below ...
+                need_lo = max(min(g.offsets) - lanes * g.vector_range(lanes)[0] for g in self.row.groups)
+                s = b.select(b.icmp_signed(">=", a, self.c(need_lo)), a, b.add(a, self.c(lanes)))
+                # ... and from above: block + need_hi <= n
+                need_hi = max(
+                    [lanes]
+                    + [lanes * (g.vector_range(lanes)[1] + 1) - max(g.offsets) for g in self.row.groups]
+                )
+                d = self.masked_loop(head, _smin(b, s, self.n), True)
+                d = self.steady_loop(d, need_hi, STEADY_UNROLL)
+                d = self.steady_loop(d, need_hi, 1)
+                self.masked_loop(d, self.n, True)
 
 
 @functools.cache

@@ -9,6 +9,7 @@ break are left scalar."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import sys
 from pathlib import Path
@@ -182,3 +183,20 @@ def test_a_thread_runs_its_part_of_a_split_row(monkeypatch):
         _check(src, _args("", (n,), 5, rng), tl.Options(threads=2), f"{n}")
         _check(src, _args("", (n,), 5, rng), tl.Options(threads=1), f"{n}")
     assert row_statements(src, tl.Options(threads=2), dict(N=1009, T=5), monkeypatch) == {"S1_1"}
+
+
+def test_an_exported_jacobi_allocates_the_padded_planes(tmp_path):
+    """The exported entry allocates B's padded rows (FoldedTemporary.allocated_bytes)."""
+    src = CASES["jacobi2d"][0]
+    sizes = dict(N=9, M=67, T=6)
+    result = tl.export(src, sizes=sizes, path=tmp_path)
+    if result.shared is None:
+        pytest.skip("no linker for a shared library")
+    fn = getattr(ctypes.CDLL(str(result.shared)), result.name)
+    fn.restype = ctypes.c_int32
+    a = np.random.default_rng(2).standard_normal((9, 67)).astype(np.float32)
+    steps = np.zeros(6, np.float32)
+    got = np.zeros_like(a)
+    args = [ctypes.c_void_p(x.ctypes.data) for x in (a, steps, got)]
+    assert fn(*args, *[ctypes.c_int64(v) for v in (9, 67, 6)]) == 0
+    np.testing.assert_array_equal(got, kernel(src, ONE_THREAD)(a, steps))
