@@ -269,8 +269,9 @@ class _Kernel:
             acc = zero
             for r in range(g.lanes):
                 inside = b.and_(b.icmp_signed("<", c64(r), fvalid), self._pos_ok(b, j, n))
-                at = b.select(inside, b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x)), c64(0))
-                x = b.select(inside, load(b, gep(b, o0, at), g.itemsize), ir.Constant(g.element, 0.0))
+                # outside: read O's first element (in bounds: F, X ≥ 1), not this block's
+                at = b.select(inside, b.gep(o0, [b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x))]), self.o)
+                x = b.select(inside, load(b, at, g.itemsize), ir.Constant(g.element, 0.0))
                 acc = b.insert_element(acc, x, ir.Constant(I32, r))
             accs.append(acc)
         return accs
@@ -314,6 +315,10 @@ class _Kernel:
         stride = args["S"]
         i0 = b.gep(self.i, [b.mul(b.mul(x0, c64(g.in_cx)), stride)])  # may lie in the padding
         wp0 = gep(b, self.wp, b.mul(fbs[0][0], per_block))
+        # block k's filter, from the first block's (a block past the last channel block reads
+        # the last one's: its sums are never stored)
+        last = b.sub(self.fblocks, c64(1))
+        deltas = [b.mul(b.sub(_imin(b, fb, last), fbs[0][0]), per_block) for fb, _ in fbs]
         # products (position j, window tap u) grouped by the input element they read (and, when
         # guarded, by their guards' values, so that a group is inside or outside as one)
         groups: dict[tuple, list[tuple[int, int]]] = {}
@@ -351,7 +356,7 @@ class _Kernel:
                 [
                     load(
                         b,
-                        b.bitcast(gep(b, wp, b.add(c64(u * lanes), b.mul(c64(k), per_block))), vp),
+                        b.bitcast(gep(b, wp, b.add(c64(u * lanes), deltas[k])), vp),
                         g.itemsize,
                     )
                     for u in range(g.window)
@@ -417,20 +422,39 @@ class _Kernel:
         for k, (o0, (_, fvalid)) in enumerate(zip(outs, fbs)):
             self.store_output(b, accs[k * rx : (k + 1) * rx], o0, fvalid, rx, n)
 
-    def inside(self, b, x0, rx: int, n=None) -> ir.Value:
-        """Every product of the block's existing positions lies inside the guards along x."""
+    def interior(self, b, nx) -> tuple[ir.Value, ir.Value]:
+        """[xa, xe): the positions whose every product lies inside the guards along x (each
+        guard cx·x + cu·u + c ≥ 0 bounds x from below or above, for its lowest cu·u)."""
         g = self.g
-        ok = ir.Constant(I1, 1)
-        last = c64(rx - 1) if n is None else b.sub(n, c64(1))
+        xa, xe = c64(0), nx
         for (cx, cu), c in zip(g.col_guards, self.col_c):
-            total = b.add(b.mul(x0, c64(cx)), c)
-            if cx < 0:  # the last position is the lowest
-                total = b.add(total, b.mul(last, c64(cx)))
+            low = c  # c + min over u of cu·u
             if cu < 0:  # the last window tap is the lowest
                 tap = b.sub(self.counts[-1], c64(1)) if g.looped_u else c64(g.window - 1)
-                total = b.add(total, b.mul(tap, c64(cu)))
-            ok = b.and_(ok, b.icmp_signed(">=", total, c64(0)))
-        return ok
+                low = b.add(low, b.mul(tap, c64(cu)))
+            if cx > 0:  # x ≥ ⌈-low / cx⌉
+                xa = _imax(b, xa, _floor_div(b, b.add(b.sub(c64(0), low), c64(cx - 1)), cx))
+            elif cx < 0:  # x ≤ ⌊low / -cx⌋
+                xe = _imin(b, xe, b.add(_floor_div(b, low, -cx), c64(1)))
+            else:  # no position, or every one
+                xa = b.select(b.icmp_signed("<", low, c64(0)), nx, xa)
+        xa = _imin(b, xa, nx)
+        return xa, _imax(b, xe, xa)
+
+
+def _imin(b: ir.IRBuilder, x, y) -> ir.Value:
+    return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+def _imax(b: ir.IRBuilder, x, y) -> ir.Value:
+    return b.select(b.icmp_signed(">", x, y), x, y)
+
+
+def _floor_div(b: ir.IRBuilder, a, d: int) -> ir.Value:
+    """⌊a / d⌋ for a constant d > 0 (sdiv truncates towards zero)."""
+    q = b.sdiv(a, c64(d))
+    below = b.and_(b.icmp_signed("<", a, c64(0)), b.icmp_signed("!=", b.srem(a, c64(d)), c64(0)))
+    return b.sub(q, b.zext(below, I64))
 
 
 def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite: bool = False) -> ir.Function:
@@ -461,63 +485,61 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
         taps = b.mul(taps, count)
     per_block = b.mul(taps, c64(g.window * lanes))  # packed elements of one channel block
 
-    def block(fbs: list, x0, rx: int, n=None) -> None:
-        if not g.col_guards:
-            k.block(b, fbs, x0, rx, False, per_block, n)
-            return
-        whole = b.append_basic_block("whole")
-        edge = b.append_basic_block("edge")
-        joined = b.append_basic_block("joined")
-        b.cbranch(k.inside(b, x0, rx, n), whole, edge)
-        for target, guarded in ((whole, False), (edge, True)):
-            b.position_at_end(target)
-            k.block(b, fbs, x0, rx, guarded, per_block, n)
-            b.branch(joined)
-        b.position_at_end(joined)
-
     def channel(fb):
         """(block, its valid channels)."""
         left = b.sub(nf, b.mul(fb, c64(lanes)))
         return fb, b.select(b.icmp_signed("<", left, c64(lanes)), left, c64(lanes))
 
     fblocks = b.sdiv(b.add(nf, c64(lanes - 1)), c64(lanes))
-    full = b.sdiv(nx, c64(lanes))
-    # blocks of `lanes` positions, channel blocks outside: one block's packed filter is reused by
-    # every position block
-    with loop(b, 0, fblocks, name="fb") as fb:
-        with loop(b, 0, full, name="xb") as xb:
-            block([channel(fb)], b.mul(xb, c64(lanes)), lanes)
-    # the rest (0 < rest < lanes positions) as one block as wide as the next power of two, of
-    # which `rest` positions exist, so that the filter streams once more, not once per bit; each
-    # over several channel blocks at once, so that enough independent accumulators hide the FMA
-    # latency (accumulators and weight vectors within the 32 vector registers)
-    x0 = b.mul(full, c64(lanes))
-    rest = b.sub(nx, x0)
+    k.fblocks = fblocks
 
-    def tail(width: int) -> None:
-        together = max(1, 31 // (width + g.window))
-        runs = b.sdiv(fblocks, c64(together))
-        with loop(b, 0, runs, name=f"fr{width}") as run:
-            first = b.mul(run, c64(together))
-            block([channel(b.add(first, c64(n))) for n in range(together)], x0, width, rest)
-        if together > 1:
-            with loop(b, b.mul(runs, c64(together)), fblocks, name=f"fl{width}") as fb:
-                block([channel(fb)], x0, width, rest)
+    def row(start, count, guarded: bool) -> None:
+        """Every channel × the positions [start, start + count)."""
+        full = b.sdiv(count, c64(lanes))
+        # blocks of `lanes` positions, channel blocks outside: one block's packed filter is
+        # reused by every position block
+        with loop(b, 0, fblocks, name="fb") as fb:
+            with loop(b, 0, full, name="xb") as xb:
+                k.block(b, [channel(fb)], b.add(start, b.mul(xb, c64(lanes))), lanes, guarded, per_block)
+        # the rest (0 < rest < lanes positions) as one block as wide as the next power of two, of
+        # which `rest` positions exist, so that the filter streams once more, not once per bit;
+        # each over several channel blocks at once, so that enough independent accumulators hide
+        # the FMA latency (accumulators and weight vectors within the 32 vector registers)
+        x0 = b.add(start, b.mul(full, c64(lanes)))
+        rest = b.sub(count, b.mul(full, c64(lanes)))
+        after = b.append_basic_block("rest.done")
 
-    width = lanes
-    while width:
-        lower = width // 2  # rest in (lower, width]: this width
-        if lower:
+        def tail(width: int) -> None:
+            # channel blocks past the last one (in the last run) compute but store nothing
+            together = max(1, 31 // (width + g.window))
+            runs = b.sdiv(b.add(fblocks, c64(together - 1)), c64(together))
+            with loop(b, 0, runs, name=f"fr{width}") as run:
+                first = b.mul(run, c64(together))
+                fbs = [channel(b.add(first, c64(n))) for n in range(together)]
+                k.block(b, fbs, x0, width, guarded, per_block, rest)
+
+        width = lanes
+        while width:
+            lower = width // 2  # rest in (lower, width]: this width
             wide = b.append_basic_block(f"rest{width}")
             narrow = b.append_basic_block(f"rest.le{lower}")
             b.cbranch(b.icmp_signed(">", rest, c64(lower)), wide, narrow)
             b.position_at_end(wide)
             tail(width)
-            b.branch(done)
+            b.branch(after)
             b.position_at_end(narrow)
-        else:
-            _when(b, b.icmp_signed(">", rest, c64(0)), lambda: tail(1), "rest1")
-        width = lower
+            width = lower
+        b.branch(after)
+        b.position_at_end(after)
+
+    if not g.col_guards:
+        row(c64(0), nx, False)
+    else:  # the interior without guards, then the two edges [0, xa) and [xe, X) with them
+        xa, xe = k.interior(b, nx)
+        row(xa, b.sub(xe, xa), False)
+        with loop(b, 0, c64(2), name="edge") as edge:
+            first = b.icmp_signed("==", edge, c64(0))
+            row(b.select(first, c64(0), xe), b.select(first, xa, b.sub(nx, xe)), True)
     b.branch(done)
     b.position_at_end(done)
     b.ret_void()
