@@ -366,3 +366,21 @@ def test_blocking_variant_and_loops_text():
         A = r.standard_normal((M, K), dtype=np.float32)
         B = r.standard_normal((K, N), dtype=np.float32)
         close(k(A, B), A.astype(np.float64) @ B, K)
+
+
+@pytest.mark.parametrize("fusion", ["max", "none"])
+@pytest.mark.parametrize("thread_split", [None, "serial"])
+def test_option_combinations(fusion, thread_split):
+    """Fusion strategies, tiles and the serial split around the generic GEMM calls (MLP, 2mm)."""
+    options = dict(fusion=fusion, thread_split=thread_split, tile=8)
+    mlp, mm2 = generic(MLP, 2, **options), generic(MM2, 2, gemms=2, **options)
+    r = rng()
+    for B, K, N in [(3, 5, 7), (64, 70, 33), (0, 3, 4), (5, 0, 3)]:
+        X = r.standard_normal((B, K), dtype=np.float32)
+        W = r.standard_normal((K, N), dtype=np.float32)
+        b = r.standard_normal(N, dtype=np.float32)
+        close(mlp(X, W, b), np.maximum(X.astype(np.float64) @ W + b, 0), K)
+        C = r.standard_normal((N, 9), dtype=np.float32)
+        D = r.standard_normal((B, 9), dtype=np.float32)
+        want = 1.5 * (X.astype(np.float64) @ W @ C) + 0.5 * D
+        close(mm2(X, W, C, D, np.float32(1.5), np.float32(0.5)), want, max(1, K) * max(1, N))
