@@ -349,6 +349,9 @@ def plan_kernel(
         n
         for n, phase in enumerate(ast.phases)
         if options.optimize and n not in pipelines and n not in folded and team_phase(phase, ast)
+        # one thread: a team's chunks, claims and waits per parallel loop are pure overhead (the
+        # time tiles' inner loops of a 1-thread schedule: fdtd-2d 200^2 T=200 7.3 -> 2.1 ms)
+        and schedule.options.thread_count() > 1
         and not any(s in contractions or s in convolutions for s in phase.statements)
         and not any(c.phase == n for c in contracted.values())  # one slice per thread: not shared
     }  # fmt: skip

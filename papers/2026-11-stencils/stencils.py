@@ -357,16 +357,20 @@ def numba_impl(stencil: Stencil, args: list, steps: int, parallel: bool):
 
 
 def tensorlang_impl(stencil: Stencil, args: list, steps: int, threads: int, sweep: bool):
-    """The recurrence (one call: `k(A, T=steps)`), or with `sweep` the step kernel called once per
-    time step from Python, writing into preallocated buffers (`out=`)."""
+    """The recurrence (one call: `k(A, T=steps, out=...)`), or with `sweep` the step kernel called
+    once per time step from Python; both write into preallocated buffers (`out=`)."""
     import tensorlang as tl
 
     options = tl.Options(threads=threads)
     if not sweep:
+        import numpy as np
+
+        # the outputs preallocated (out=), as every other implementation's buffers are
         k = tl.compile(stencil.recurrence, options=options)
+        outs = [np.empty_like(args[0]) for _ in range(3 if stencil.kind == "fdtd-2d" else 1)]
         if stencil.kind == "fdtd-2d":
-            return lambda: k(*args)
-        return lambda: k(*args, T=steps)
+            return lambda: k(*args, out=outs)
+        return lambda: k(*args, T=steps, out=outs)
     if stencil.step is None:
         return None
     k = tl.compile(stencil.step, options=options)
