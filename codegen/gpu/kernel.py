@@ -45,8 +45,11 @@ class CudaSpecialisation:
                 f"{interface.name}: internal compiler error: a cuda plan with x86-only steps"
             )
         storage = {}
+        in_shared = {v.tensor for p in mapping.phases if p.rows is not None for v in p.rows.local}
         for t in plan.program.temporaries:
             shape = tuple(compile_size_expr(d)(sizes) for d in t.shape)
+            if t.name in in_shared:  # lives in shared memory (gpu/rows.py): its pointer is unused
+                shape = (1,) * len(shape)
             fold = plan.folded.get(t.name)
             if fold is not None:  # stored modulo its dependence distance: never more than needed
                 shape = tuple(max(e, fold.modulus) if d == fold.dim else e for d, e in enumerate(shape))

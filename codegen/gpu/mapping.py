@@ -153,7 +153,8 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
     body = unwrap(unwrap(phase.loop).for_get_body()) if len(loops) == 1 else unwrap(inner_node.for_get_body())
     if not contains_loop(body):
         return found
-    rows, why = row_mapping(plan, body, found.threads, values)
+    iterators = tuple(loop.iterator for loop in loops)
+    rows, why = row_mapping(plan, body, found.threads, values, iterators, statements)
     if rows is None:
         return dataclasses.replace(found, sequential=f"no block per row: {why}")
     return dataclasses.replace(found, rows=rows)

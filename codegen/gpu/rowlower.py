@@ -46,12 +46,15 @@ class RowLowering:
     """Mixin of GpuLowering: phases whose rows are spread over a block or a warp."""
 
     redirect: dict | None = None  # statement → its accumulator cell, inside a strided loop
+    row_local: dict | None = None  # temporary → RowLocal: kept in the row's shared memory
+    rowmem: ll.Value | None = None  # the step function's row region of shared memory
 
     # ------------------------------------------------------------------ the operations
 
     def emit_row_phase(self, grid: PhaseMapping) -> list[tuple]:
         rows = grid.rows
         ops: list[tuple] = []
+        self.row_local = {v.tensor: v for v in rows.local}
         sync = ("barrier",)
         for k, step in enumerate(rows.steps):
             if step.kind == "scalar":
@@ -85,6 +88,7 @@ class RowLowering:
             ops += [("code", self._store_totals(grid, step, k)), sync]
         if ops and ops[-1] == sync:
             ops.pop()  # nothing after the row's last step waits for it
+        self.row_local = None
         return ops
 
     def _reduction_type(self, statement: str):
@@ -95,7 +99,7 @@ class RowLowering:
         cells, shared), the builder at its entry."""
         tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in self.layout.tensors]
         i8p = V.I8.as_pointer()
-        extra = [V.I64] * len(grid.loops) + [V.I64, i8p, i8p]
+        extra = [V.I64] * len(grid.loops) + [V.I64, i8p, i8p, i8p]
         ty = ll.FunctionType(V.I32, tensor_types + [V.I64.as_pointer()] + extra)
         fn = ll.Function(self.module, ty, f"tl_row{grid.index}_{suffix}")
         fn.linkage = "internal"
@@ -113,7 +117,7 @@ class RowLowering:
         self.b = ll.IRBuilder(fn.append_basic_block("entry"))
         iters = fn.args[n + 1 : n + 1 + len(grid.loops)]
         env = {loop.iterator: v for loop, v in zip(grid.loops, iters)}
-        rowtid, cells, shared = fn.args[n + 1 + len(grid.loops) :]
+        rowtid, cells, shared, self.rowmem = fn.args[n + 1 + len(grid.loops) :]
         return fn, env, rowtid, cells, shared
 
     def _cell(self, cells: ll.Value, n: int, dtype) -> ll.Value:
@@ -146,6 +150,16 @@ class RowLowering:
         self.redirect = None
         b.ret(ll.Constant(V.I32, 0))
         return fn
+
+    def address(self, tensor: str, subscripts, read) -> ll.Value:
+        local = self.row_local.get(tensor) if self.row_local else None
+        if local is None:
+            return super().address(tensor, subscripts, read)
+        # the other subscripts name the row (gpu/rows.py): the row's region holds its elements
+        b = self.b
+        dtype = self.program.tensor(tensor).dtype
+        base = b.bitcast(b.gep(self.rowmem, [_const(local.offset)]), V.memory_type(dtype).as_pointer())
+        return b.gep(base, [self.index_value(subscripts[local.dim])], inbounds=True)
 
     def emit_leaf(self, leaf, env) -> None:
         cell = self.redirect.get(leaf.statement) if self.redirect else None
@@ -234,7 +248,19 @@ class RowLowering:
         return max(2, 2 * grid.rows.reductions)
 
     def _shared_words(self, grid: PhaseMapping) -> int:
+        """The reduction area (a word per warp per reduction), then each row's region."""
+        return self._reduction_words(grid) + grid.rows.per_block * grid.rows.row_bytes // CELL
+
+    def _reduction_words(self, grid: PhaseMapping) -> int:
         return max(1, grid.rows.reductions) * WARP
+
+    def _row_memory(self, b: ll.IRBuilder, grid: PhaseMapping, shared: ll.Value, tid: ll.Value) -> ll.Value:
+        """The region of shared memory of thread `tid`'s row (rows of a block in warp order)."""
+        rows = grid.rows
+        offset = _const(CELL * self._reduction_words(grid))
+        if rows.per_block > 1 and rows.row_bytes:
+            offset = b.add(offset, b.mul(b.udiv(tid, _const(WARP)), _const(rows.row_bytes)))
+        return b.gep(shared, [offset])
 
     def _row_of(self, b: ll.IRBuilder, grid: PhaseMapping, block: ll.Value, tid: ll.Value):
         """(row, thread of the row) of thread `tid` of block `block`."""
@@ -257,13 +283,14 @@ class RowLowering:
         return values
 
     def _run_code(self, b, fn, step_fn, args, failed_ptr, local, error, iters, rowtid, cells, shared) -> None:
+        """`shared`: (the block's shared array, the row's region of it)."""
         """At b: unless this thread failed before, run a step; record a failure (the first
         thread of the call to fail claims error[0..3], as gpu/lower.py's entry does)."""
         run = fn.append_basic_block("step")
         done = fn.append_basic_block("step.done")
         b.cbranch(b.icmp_unsigned("==", b.load(failed_ptr), ll.Constant(V.I32, 0)), run, done)
         b.position_at_end(run)
-        code = b.call(step_fn, list(args) + [local] + list(iters) + [rowtid, cells, shared])
+        code = b.call(step_fn, list(args) + [local] + list(iters) + [rowtid, cells, *shared])
         failed = fn.append_basic_block("step.failed")
         b.cbranch(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), failed, done)
         b.position_at_end(failed)
@@ -310,6 +337,7 @@ class RowLowering:
         shared = b.bitcast(b.addrspacecast(shared_var, array.as_pointer()), V.I8.as_pointer())
         cells8 = b.bitcast(cells, V.I8.as_pointer())
         row, rowtid = self._row_of(b, grid, ctaid, tid)
+        shared = (shared, self._row_memory(b, grid, shared, tid))
         work = fn.append_basic_block("row")
         out = fn.append_basic_block("out")
         # uniform over a warp (a warp per row) or the block (a block per row): no barrier is left waiting
@@ -409,8 +437,9 @@ class RowLowering:
             b.position_at_end(live)
             iters = self._row_iterators(b, grid, row)
             mine = b.bitcast(cell(t, 0), V.I8.as_pointer())
+            memory = (shared, self._row_memory(b, grid, shared, t))
             self._run_code(
-                b, fn, step_fn, args, b.gep(failed, [t]), local, error, iters, rowtid, mine, shared
+                b, fn, step_fn, args, b.gep(failed, [t]), local, error, iters, rowtid, mine, memory
             )
             b.branch(skip)
             b.position_at_end(skip)

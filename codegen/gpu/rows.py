@@ -23,11 +23,13 @@ row mapping, and the plan text says why.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import islpy as isl
 
+from polyhedral.sizes import compile_size_expr
 from tensorlang import ir
 
 from ..planning.astgen import contains_loop, expr_mentions, leaves_under, loop_range, unwrap
@@ -42,6 +44,8 @@ WARP_BLOCK = 256
 #: elements per thread a block aims for; the block has 64 to 512 threads
 PER_THREAD = 8
 MIN_BLOCK, MAX_BLOCK = 64, 512
+#: bytes of shared memory a block may give to row-local temporaries (48 KiB static in all)
+LOCAL_BUDGET = 40 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,21 @@ class RowStep:
     statements: tuple[str, ...]
     reductions: tuple[str, ...] = ()
     iterator: str = ""
-    coalesced: bool = False  # some access of the loop walks its tensor's stride-1 dimension with it
+    coalesced: bool = False  # accesses of the loop walk stride-1 dimensions more than across them
+    accesses: tuple = field(default=(), compare=False)  # (tensor, affine subscripts or None)
+
+
+@dataclass(frozen=True)
+class RowLocal:
+    """A temporary that lives only inside each row: kept in shared memory, `extent` elements
+    of `bytes` each per row, indexed by its subscript `dim` (its other subscripts name the row),
+    at `offset` bytes in the row's region."""
+
+    tensor: str
+    dim: int
+    extent: int
+    bytes: int
+    offset: int
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,12 @@ class RowMapping:
     per_block: int
     length: int | None
     steps: tuple[RowStep, ...]
+    local: tuple[RowLocal, ...] = ()
+
+    @property
+    def row_bytes(self) -> int:
+        """Shared memory per row for its row-local temporaries (8-byte aligned)."""
+        return max((-(-(v.offset + v.extent * v.bytes) // 8) * 8 for v in self.local), default=0)
 
     @property
     def block(self) -> int:
@@ -106,12 +130,20 @@ class RowMapping:
                 text += f"; {', '.join(step.reductions)} reduced by {combine}, broadcast through memory"
             parts.append(text + "]")
         sync = "warp barrier" if self.per_block > 1 else "barrier"
-        return f"{unit}, grid {self.blocks} x {self.block} ({why}); steps {f' {sync} '.join(parts)}"
+        text = f"{unit}, grid {self.blocks} x {self.block} ({why}); steps {f' {sync} '.join(parts)}"
+        for v in self.local:
+            text += (
+                f"; {v.tensor} lives in shared memory ({v.extent} elements per row, never in global memory)"
+            )
+        return text
 
 
-def row_mapping(plan, body: isl.AstNode, rows: int, values: Mapping) -> tuple[RowMapping | None, str]:
+def row_mapping(
+    plan, body: isl.AstNode, rows: int, values: Mapping, mapped: tuple[str, ...], statements: tuple[str, ...]
+) -> tuple[RowMapping | None, str]:
     """The block-level mapping of a row body (the body of the innermost mapped loop), or None and
-    why not. `rows`: the number of rows (the mapped loops' iterations)."""
+    why not. `rows`: the number of rows (the mapped loops' iterations), `mapped` their
+    iterators, `statements` the phase's."""
     leaves = plan.ast.leaves
     items = _flatten(body)
     steps: list[RowStep] = []
@@ -152,14 +184,52 @@ def row_mapping(plan, body: isl.AstNode, rows: int, values: Mapping) -> tuple[Ro
     if length is not None and length < ROW_MIN:
         return None, f"rows of {length} < {ROW_MIN} iterations, too short to share"
     if length is not None and length <= WARP_ROW_MAX:
-        return RowMapping(WARP, rows, WARP_BLOCK // WARP, length, tuple(steps)), ""
-    threads = MAX_BLOCK
-    if length is not None:
-        want = -(-length // PER_THREAD)
-        threads = MIN_BLOCK
-        while threads < want and threads < MAX_BLOCK:
-            threads *= 2
-    return RowMapping(threads, rows, 1, length, tuple(steps)), ""
+        found = RowMapping(WARP, rows, WARP_BLOCK // WARP, length, tuple(steps))
+    else:
+        threads = MAX_BLOCK
+        if length is not None:
+            want = -(-length // PER_THREAD)
+            threads = MIN_BLOCK
+            while threads < want and threads < MAX_BLOCK:
+                threads *= 2
+        found = RowMapping(threads, rows, 1, length, tuple(steps))
+    local = _row_locals(plan, found, set(mapped), set(statements))
+    return dataclasses.replace(found, local=local), ""
+
+
+def _row_locals(plan, rows: RowMapping, mapped: set[str], statements: set[str]) -> tuple[RowLocal, ...]:
+    """The temporaries that can live in shared memory: accessed by no other phase and in no
+    scalar step, and in this row only where one subscript moves with the loop and the others
+    are the same function of the row's iterators — so each row reads only what it wrote."""
+    temporaries = {t.name for t in plan.program.temporaries} - set(plan.folded)
+    elsewhere = [p.name for p in plan.scop.statements if p.name not in statements]
+    elsewhere += [name for step in rows.steps if step.kind == "scalar" for name in step.statements]
+    for name in elsewhere:
+        temporaries -= _tensors(plan.scop.statement(name))
+    found: dict[str, tuple[int, tuple]] = {}  # tensor -> (dim, the other subscripts)
+    for step in rows.steps:
+        for tensor, subs in step.accesses:
+            if tensor not in temporaries:
+                continue
+            dims = [d for d, sub in enumerate(subs or ()) if dict(sub).get(step.iterator, 0)]
+            rest = tuple(sub for d, sub in enumerate(subs or ()) if d not in dims)
+            known = found.setdefault(tensor, (dims[0] if len(dims) == 1 else -1, rest))
+            ok = subs is not None and len(dims) == 1 and known == (dims[0], rest)
+            if not ok or any(name and name not in mapped for sub in rest for name, _ in sub):
+                temporaries.discard(tensor)
+    out: list[RowLocal] = []
+    offset = 0
+    for tensor in sorted(temporaries & set(found)):
+        t = plan.program.tensor(tensor)
+        dim = found[tensor][0]
+        extent = compile_size_expr(t.shape[dim])(plan.ast.sizes)
+        size = max(1, -(-t.dtype.bits // 8))
+        need = -(-(offset + extent * size) // 8) * 8
+        if need * rows.per_block > LOCAL_BUDGET:
+            continue
+        out.append(RowLocal(tensor, dim, extent, size, offset))
+        offset = need
+    return tuple(out)
 
 
 def _flatten(node: isl.AstNode) -> list:
@@ -169,6 +239,15 @@ def _flatten(node: isl.AstNode) -> list:
         return [node]
     children = node.block_get_children()
     return [x for i in range(children.n_ast_node()) for x in _flatten(children.get_at(i))]
+
+
+def _tensors(poly) -> set[str]:
+    """The tensors a statement instance touches (an init only its target)."""
+    st = poly.statement
+    if poly.kind == "init":
+        return {st.tensor}
+    reads = {r.tensor for r in ir.walk(st.rhs) if isinstance(r, ir.Read)}
+    return reads | {st.tensor} | {r.tensor for sub in st.lhs for r in ir.walk(sub) if isinstance(r, ir.Read)}
 
 
 def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
@@ -216,7 +295,8 @@ def _loop_step(plan, loop: isl.AstNode) -> tuple[RowStep | None, str]:
             return None, f"{tensor} is written in the loop {j} and accessed there at another element"
     names = tuple(leaf.statement for leaf in leaves)
     coalesced = walk[0] > walk[1]
-    return RowStep("loop", (loop,), names, tuple(reductions), j, coalesced), ""
+    seen = tuple((a[1], a[2]) for a in accesses)
+    return RowStep("loop", (loop,), names, tuple(reductions), j, coalesced, seen), ""
 
 
 def _walk(walk: list[int], subs: tuple[ir.Expr, ...], exprs: Mapping[str, isl.AstExpr], j: str) -> None:

@@ -105,7 +105,7 @@ def test_plan_block_size_follows_row_length() -> None:
 def test_plan_warp_per_short_row_and_thread_per_tiny_row() -> None:
     line = plan_line(LAYERNORM, {"N": 100, "D": 64})
     assert "one warp per row (8 rows per block), grid 13 x 256 (rows of 64 <= 128 iterations)" in line
-    assert "warp barrier" in line and "shared memory" not in line
+    assert "warp barrier" in line and "across warps" not in line
     line = plan_line(ROWSUM, {"N": 100, "D": 3})
     assert "one thread per c0[100]" in line and "no block per row: rows of 3 < 16 iterations" in line
 
@@ -119,6 +119,28 @@ def test_plan_fallbacks_say_why() -> None:
     gather = "def g(float(V, N) T, int32(D) I) -> (O) { O(n) +=! T(I(d), n) }"
     line = plan_line(gather, {"V": 50, "N": 300, "D": 200})
     assert "one thread per c0[300]" in line and "no loop inside the row walks a stride-1 dimension" in line
+
+
+def test_plan_row_local_temporaries_in_shared_memory() -> None:
+    line = plan_line(SOFTMAX, {"N": 32768, "D": 4096})
+    assert line.endswith("; e lives in shared memory (4096 elements per row, never in global memory)")
+    assert "c lives in shared memory (64 elements per row" in plan_line(LAYERNORM, {"N": 100, "D": 64})
+    # too long for a block's shared memory: e stays in global memory
+    assert "lives in shared memory" not in plan_line(SOFTMAX, {"N": 3, "D": 20000})
+    # a temporary another phase reads stays in global memory
+    two_phase = (
+        "def f(float(N, D) X) -> (Y, Z) {\n  t(n, d) = X(n, d) * 2\n  Y(n) +=! t(n, d)\n  Z(d) +=! t(n, d)\n}"
+    )
+    assert "t lives" not in tl.compile(two_phase, target="cuda").inspect("plan", sizes={"N": 40, "D": 300})
+
+
+def test_row_local_temporary_is_not_allocated() -> None:
+    kernel = tl.compile(SOFTMAX, target="cuda")
+    plan, mapping = kernel.plan({"N": 3, "D": 4096})
+    from codegen.gpu.kernel import CudaSpecialisation
+
+    spec = CudaSpecialisation.of(plan, mapping, "", kernel.interface, {"N": 3, "D": 4096})
+    assert spec.storage["e"] == (1, 1) and spec.storage["mx"] == (3,)
 
 
 def test_plan_two_mapped_loops_rows() -> None:
@@ -163,6 +185,20 @@ def test_emulated_row_sums_and_max(length: int) -> None:
         np.testing.assert_array_equal(out["S"], Xi.sum(1, dtype=np.int32))
         out, _ = emulate(retype(ROWMAX, "int64"), sizes, {"X": Xi.astype(np.int64)})
         np.testing.assert_array_equal(out["M"], Xi.max(1))
+
+
+@pytest.mark.parametrize("sizes", [{"N": 3, "D": 20000}, {"N": 40, "D": 300}])
+def test_emulated_softmax_with_the_temporary_in_global_memory_or_another_phase(sizes) -> None:
+    X = rand((sizes["N"], sizes["D"]), np.float32, seed=1)
+    out, _ = emulate(SOFTMAX, sizes, {"I": X})
+    e = np.exp(X - X.max(1, keepdims=True))
+    np.testing.assert_allclose(out["O"], e / e.sum(1, keepdims=True), rtol=2e-5, atol=1e-8)
+    two_phase = (
+        "def f(float(N, D) X) -> (Y, Z) {\n  t(n, d) = X(n, d) * 2\n  Y(n) +=! t(n, d)\n  Z(d) +=! t(n, d)\n}"
+    )
+    out, _ = emulate(two_phase, sizes, {"X": X})
+    np.testing.assert_allclose(out["Y"], 2 * X.sum(1), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(out["Z"], 2 * X.sum(0), rtol=1e-4, atol=1e-3)
 
 
 def test_emulated_two_reductions_in_one_loop_and_three_d_rows() -> None:
