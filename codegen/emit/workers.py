@@ -12,7 +12,9 @@ thread's own piece), laid out in i64 words at these byte offsets:
 
 A piece takes ranges from its counter until none is left, the call's cancel word is set
 (ERROR_CANCELLED), or a range returns an error (the counter is then pushed past the end, so the
-other pieces take no more). Waits spin for a while (`readcyclecounter`), then sleep in the futex
+other pieces take no more). A piece of a plain split (not a team's) then takes the ranges the
+dispatch's other pieces have not taken yet (SLOT_PEERS, SLOT_NPEERS), with its own arguments: a
+worker that starts late, its core busy, finds its share done instead of holding the call up. Waits spin for a while (`readcyclecounter`), then sleep in the futex
 system call: a worker that finished a piece spins SPIN_CYCLES for the next one (back-to-back
 calls then cost no wake-up), then sleeps until posted to. No Python runs on these threads.
 """
@@ -39,6 +41,8 @@ SLOT_CPU = SLOT_CODE + 8  # i64: the core the caller runs on (a woken worker mov
 SLOT_SLEEPS = SLOT_CPU + 8  # i64: how often the worker slept (for tests and measurements)
 SLOT_SHARED = SLOT_SLEEPS + 8  # i64: pieces the worker found itself on the caller's core for
 SLOT_ERROR = 256  # i64[4]: the piece's error record (the entry's `error` argument points here)
+SLOT_PEERS = 288  # i64: the address of the dispatch's first slot (stealing)
+SLOT_NPEERS = 296  # i64: the dispatch's slots, whose untaken ranges this piece may run; 0: none
 SLOT_OWN_COUNTER = 320  # i64: the counter of the slot's own list
 SLOT_LIST = 384  # i64 pairs: the slot's own list of [lo, hi) ranges
 SLOT_BYTES = 1024
@@ -132,16 +136,28 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     entry_ty = ir.FunctionType(I32, [I8P, I8P, I8P, I64, I64, I64, I8P, I32P])
     fn = b.inttoptr(b.load(_word(b, slot, SLOT_JOB)), entry_ty.as_pointer())
     args = [b.load(_word(b, slot, SLOT_JOB + 8 * (1 + i))) for i in range(8)]
-    ranges = b.inttoptr(b.load(_word(b, slot, SLOT_RANGES)), I64P)
-    count = b.load(_word(b, slot, SLOT_COUNT))
-    counter = b.inttoptr(b.load(_word(b, slot, SLOT_COUNTER)), I64P)
     cancel = b.inttoptr(args[7], I32P)
+    peers = b.load(_word(b, slot, SLOT_PEERS))
+    npeers = b.load(_word(b, slot, SLOT_NPEERS))
+    entry = b.block
+    victim = b.append_basic_block("victim")
     head = b.append_basic_block("take")
     check = b.append_basic_block("check")
     call = b.append_basic_block("call")
     finished = b.append_basic_block("finished")
     stopped = b.append_basic_block("cancelled")
     failed = b.append_basic_block("failed")
+    b.branch(victim)
+    # the slot's own list first (v = -1), then, when stealing is allowed (SLOT_NPEERS > 0), the
+    # lists of the dispatch's slots in turn: ranges their threads have not taken yet
+    b.position_at_end(victim)
+    v = b.phi(I64, name="v")
+    v.add_incoming(c64(-1), entry)
+    other = b.gep(b.inttoptr(peers, I8P), [b.mul(v, c64(SLOT_BYTES))])
+    source = b.select(b.icmp_signed("<", v, c64(0)), slot, other)
+    ranges = b.inttoptr(b.load(_word(b, source, SLOT_RANGES)), I64P)
+    count = b.load(_word(b, source, SLOT_COUNT))
+    counter = b.inttoptr(b.load(_word(b, source, SLOT_COUNTER)), I64P)
     b.branch(head)
     b.position_at_end(head)
     i = b.atomic_rmw("add", counter, c64(1), "monotonic")
@@ -168,6 +184,11 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b.position_at_end(stopped)
     b.ret(ir.Constant(I32, cancelled))
     b.position_at_end(finished)
+    following = b.add(v, c64(1))
+    v.add_incoming(following, finished)
+    done = b.append_basic_block("done")
+    b.cbranch(b.icmp_signed("<", following, npeers), victim, done)
+    b.position_at_end(done)
     b.ret(ir.Constant(I32, 0))
 
     # -- post ------------------------------------------------------------------------------------

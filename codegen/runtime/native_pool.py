@@ -35,8 +35,10 @@ from ..emit.workers import (
     SLOT_ERROR,
     SLOT_JOB,
     SLOT_LIST,
+    SLOT_NPEERS,
     SLOT_OWN_COUNTER,
     SLOT_PAIRS,
+    SLOT_PEERS,
     SLOT_RANGES,
     SLOT_SEQ,
     WAIT,
@@ -257,14 +259,18 @@ def _leave() -> None:
         pool.stop()
 
 
-def run(pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline: bool, cpu: int):
+def run(
+    pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline: bool, cpu: int, steal: bool
+):
     """Run `pieces` — (buffers, workspace, ranges) each: the entry's tensor pointers and
     workspace for that piece and the [lo, hi) calls it makes — at once, the first on the calling
     thread when `inline`, the others on workers; with `shared` (a list of ranges) instead, every
     piece takes calls from that one list in turn. Returns (code, error record) of the first
     failure (one cancelled because another failed comes last), or (0, None). An interrupt sets
     the call's cancel word and returns only once no worker runs a piece (then re-raises).
-    `cpu`: the caller's core (a worker woken onto it moves off). Per-call state lives in the
+    `cpu`: the caller's core (a worker woken onto it moves off). `steal`: a piece that finished
+    its own ranges takes the others' untaken ones (not for teams, whose pieces must run at once,
+    one per thread). Per-call state lives in the
     pool's own memory (no array is made for a call whose lists fit the slots)."""
     address = pool.entry_address(entry)
     words = pool.all_words
@@ -275,6 +281,8 @@ def run(pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline
     shared_list = None
     if shared is not None:
         shared_list = pool.ranges(0, shared, keep, common=True)
+    first = pool.slot(offset)
+    peers = len(pieces) if steal and shared is None else 0
     for i, (buffers, ws, ranges) in enumerate(pieces):
         slot = i + offset
         base = pool.word_base(slot)
@@ -288,6 +296,7 @@ def run(pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline
         words[job : job + 9] = (address, buffers, params, pool.slot(slot) + SLOT_ERROR, phase, 0, 0, ws,
                                 pool.header + CANCEL_WORD * _W)  # fmt: skip
         words[base + SLOT_RANGES // _W : base + SLOT_CODE // _W + 2] = (pairs, count, counter, 0, cpu)
+        words[base + SLOT_PEERS // _W : base + SLOT_NPEERS // _W + 1] = (first, peers)
     posted = []
     for slot in range(1, len(pieces) + offset):
         pool.seq += 1

@@ -429,7 +429,7 @@ def _run_phases(
                 ]
                 shared = claims.parts if claims is not None else None
                 code, err = native_pool.run(
-                    native, entry, params, plan.index, jobs, shared, not watched, _current_cpu()
+                    native, entry, params, plan.index, jobs, shared, not watched, _current_cpu(), team is None
                 )
             finally:
                 native.busy.release()

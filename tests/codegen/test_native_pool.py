@@ -150,3 +150,42 @@ def test_switched_off_by_the_environment():
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("steal", [True, False])
+def test_a_piece_whose_worker_never_starts_is_taken_by_the_caller(steal, monkeypatch):
+    """Stealing: the caller, done with its own range, runs the untaken range of a worker that
+    never ran (its post dropped here); without stealing that range stays undone."""
+    import types
+
+    from codegen.runtime import kernel as kernel_module
+
+    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
+    seen = {}
+    real = kernel_module.run_phases
+
+    def spy(entry, buffers_for, params, plans, threads, workspaces):
+        seen.update(entry=entry, buffers_for=buffers_for, params=params, plans=plans, workspaces=workspaces)
+        return real(entry, buffers_for, params, plans, threads, workspaces)
+
+    monkeypatch.setattr(kernel_module, "run_phases", spy)
+    k = tl.compile(ADD, options=tl.Options(threads=2))
+    a, c = _inputs([(1009,), (1009,)])
+    out = np.full(1009, -7.0, dtype=np.float32)
+    k(a, c, out={"C": out})
+    (plan,) = seen["plans"]
+    out[:] = -7.0
+    code = native_pool._machine_code()
+    lame = types.SimpleNamespace(run=code.run, post=lambda slot, seq: None, wait=lambda slot, seq, t: 1)
+    pool = native_pool.Pool(lame)
+    (_, ws), (_, ws2) = seen["workspaces"].lease(2)
+    pieces = [(seen["buffers_for"](ws), ws, [(0, 500)]), (seen["buffers_for"](ws2), ws2, [(500, 1009)])]
+    status, _ = native_pool.run(
+        pool, seen["entry"], seen["params"], plan.index, pieces, None, True, -1, steal
+    )
+    assert status == 0
+    np.testing.assert_array_equal(out[:500], (a + c)[:500])
+    if steal:
+        np.testing.assert_array_equal(out[500:], (a + c)[500:])
+    else:
+        assert (out[500:] == -7.0).all()
