@@ -11,11 +11,12 @@ as a tap), the subscript coefficients of x and u (so which products share an inp
 decided here, as in the specialised code) and which output dimension has unit stride.
 
 Blocks: channel blocks of `lanes` with a run-time mask on the last; position blocks of `lanes`
-in a loop, then the remaining positions as blocks of lanes/2, lanes/4, .., 1 (each taken when
-its bit of the remainder is set), so every block's width is a constant and nothing is computed
-for positions that do not exist. A padding guard along x is tested per block at run time: blocks
-inside it run the guard-free code, the others read a zero element in place of each input element
-outside it.
+in a loop, then the rest of the row as one block as wide as the next power of two (16, 8, .., 1:
+one piece of code each, one of which runs), whose positions past the end are computed and never
+stored, over as many channel blocks at once as keep enough accumulators in flight. Padding
+guards along x split each row at run time into its interior, where every product lies inside
+them (guard-free blocks), and its two edges, whose blocks read a zero element in place of each
+input element outside them.
 """
 
 from __future__ import annotations
@@ -192,6 +193,17 @@ class _Kernel:
         self.mstore = declare_intrinsic(
             module, f"llvm.masked.store.{g.suffix}.p0", ir.VoidType(), [self.vty, vp, I32, self.vb]
         )
+        self.pty = ir.VectorType(g.element.as_pointer(), g.lanes)
+        pointers = f"v{g.lanes}p0"
+        self.gather = declare_intrinsic(
+            module, f"llvm.masked.gather.{g.suffix}.{pointers}", self.vty, [self.pty, I32, self.vb, self.vty]
+        )
+        self.scatter = declare_intrinsic(
+            module,
+            f"llvm.masked.scatter.{g.suffix}.{pointers}",
+            ir.VoidType(),
+            [self.vty, self.pty, I32, self.vb],
+        )
         zero_name = f"tl_conv_zero_{g.suffix}"
         zero = module.globals.get(zero_name)
         if zero is None:  # the element read in place of one outside the padding guard
@@ -231,6 +243,18 @@ class _Kernel:
         nv = splat(b, n, ir.VectorType(I64, self.g.lanes))
         return b.icmp_signed("<", iota, nv)
 
+    def _channels(self, b, o0, j: int, fvalid, n) -> tuple[ir.Value, ir.Value]:
+        """The addresses of O[f0 + lane, x0 + j] and the mask of those that exist (a narrow
+        block's gather and scatter: no transpose for a few positions)."""
+        g = self.g
+        vi = ir.VectorType(I64, g.lanes)
+        iota = ir.Constant(vi, list(range(g.lanes)))
+        base = b.ptrtoint(b.gep(o0, [b.mul(c64(j), self.args["out_x"])]), I64)
+        step = b.mul(self.args["out_f"], c64(g.itemsize))
+        addresses = b.add(splat(b, base, vi), b.mul(iota, splat(b, step, vi)))
+        mask = self._column_mask(b, j, self._lane_mask(b, fvalid), n)
+        return b.inttoptr(addresses, self.pty), mask
+
     def _pos_ok(self, b, j: int, n) -> ir.Value:
         """Position j of the block exists (n: the valid positions at run time, None: all)."""
         return ir.Constant(I1, 1) if n is None else b.icmp_signed("<", c64(j), n)
@@ -258,6 +282,12 @@ class _Kernel:
                 self._vload(b, b.gep(o0, [b.mul(c64(j), out_x)]), self._column_mask(b, j, fmask, n))
                 for j in range(rx)
             ]
+        if g.out_x_unit and rx <= g.lanes // 4:
+            accs = []
+            for j in range(rx):
+                addresses, mask = self._channels(b, o0, j, fvalid, n)
+                accs.append(b.call(self.gather, [addresses, ir.Constant(I32, g.itemsize), mask, zero]))
+            return accs
         if g.out_x_unit:
             rows = [
                 self._vload(b, b.gep(o0, [b.mul(c64(r), out_f)]), self._row_mask(b, r, fvalid, rx, n))
@@ -283,6 +313,11 @@ class _Kernel:
             fmask = self._lane_mask(b, fvalid)
             for j, acc in enumerate(accs):
                 self._vstore(b, acc, b.gep(o0, [b.mul(c64(j), out_x)]), self._column_mask(b, j, fmask, n))
+            return
+        if g.out_x_unit and rx <= g.lanes // 4:
+            for j, acc in enumerate(accs):
+                addresses, mask = self._channels(b, o0, j, fvalid, n)
+                b.call(self.scatter, [acc, addresses, ir.Constant(I32, g.itemsize), mask])
             return
         if g.out_x_unit:
             cols = accs + [ir.Constant(self.vty, None)] * (g.lanes - rx)
@@ -501,26 +536,31 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
         with loop(b, 0, fblocks, name="fb") as fb:
             with loop(b, 0, full, name="xb") as xb:
                 k.block(b, [channel(fb)], b.add(start, b.mul(xb, c64(lanes))), lanes, guarded, per_block)
-        # the rest (0 < rest < lanes positions) as one block as wide as the next power of two, of
-        # which `rest` positions exist, so that the filter streams once more, not once per bit;
-        # each over several channel blocks at once, so that enough independent accumulators hide
-        # the FMA latency (accumulators and weight vectors within the 32 vector registers)
+        # the rest (0 < rest < lanes positions): blocks as wide as the next power of two (at
+        # most lanes/2: a rest above lanes/2 is two blocks of lanes/2), of which `rest` positions
+        # exist, so that the filter streams once or twice more, not once per bit of rest; each
+        # over several channel blocks at once, so that enough independent accumulators hide the
+        # FMA latency (accumulators and weight vectors within the 32 vector registers)
         x0 = b.add(start, b.mul(full, c64(lanes)))
         rest = b.sub(count, b.mul(full, c64(lanes)))
         after = b.append_basic_block("rest.done")
 
         def tail(width: int) -> None:
             # channel blocks past the last one (in the last run) compute but store nothing
-            together = max(1, 31 // (width + g.window))
+            together = max(1, min(16 // width, 31 // (width + g.window)))  # ≤ 16 accumulators
             runs = b.sdiv(b.add(fblocks, c64(together - 1)), c64(together))
-            with loop(b, 0, runs, name=f"fr{width}") as run:
-                first = b.mul(run, c64(together))
-                fbs = [channel(b.add(first, c64(n))) for n in range(together)]
-                k.block(b, fbs, x0, width, guarded, per_block, rest)
+            pieces = b.sdiv(b.add(rest, c64(width - 1)), c64(width))  # 2 only for width lanes/2
+            with loop(b, 0, pieces, name=f"fp{width}") as piece:
+                xp = b.add(x0, b.mul(piece, c64(width)))
+                left = b.sub(rest, b.mul(piece, c64(width)))
+                with loop(b, 0, runs, name=f"fr{width}") as run:
+                    first = b.mul(run, c64(together))
+                    fbs = [channel(b.add(first, c64(n))) for n in range(together)]
+                    k.block(b, fbs, xp, width, guarded, per_block, _imin(b, left, c64(width)))
 
-        width = lanes
+        width = lanes // 2
         while width:
-            lower = width // 2  # rest in (lower, width]: this width
+            lower = width // 2  # rest in (lower, width], or above for the widest: this width
             wide = b.append_basic_block(f"rest{width}")
             narrow = b.append_basic_block(f"rest.le{lower}")
             b.cbranch(b.icmp_signed(">", rest, c64(lower)), wide, narrow)
