@@ -6,6 +6,9 @@ compiled kernel serving every size."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import sliding_window_view
@@ -269,3 +272,35 @@ def test_zeroing_is_folded_into_the_generic_kernel():
         x, w = _args(rng, shapes)
         for _ in range(2):  # reused output buffers
             _close(k(x, w), conv_np(x, w))
+
+
+def test_non_contiguous_arguments():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 6, 12, 44)).astype(np.float32)[:, :, ::2, ::2]
+    w = np.asfortranarray(rng.standard_normal((16, 6, 3, 3)).astype(np.float32))
+    _close(generic(NCHW)(x, w), conv_np(x, w))
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on this machine")
+def test_generic_export_runs_the_direct_convolution(tmp_path):
+    """An exported generic kernel allocates and frees its packed filter itself (libc's malloc and
+    free): right at any size, through the C entry."""
+    import ctypes
+
+    from codegen.aot import export
+
+    result = export(NCHW, path=tmp_path)
+    listing = subprocess.run(["nm", "-u", str(result.object)], check=True, capture_output=True, text=True)
+    undefined = {line.split()[-1] for line in listing.stdout.splitlines() if line.strip()}
+    assert {"malloc", "free"} <= undefined and not any("conv" in name for name in undefined), undefined
+    if result.shared is None:
+        pytest.skip("no linker for the shared library")
+    fn = getattr(ctypes.CDLL(str(result.shared)), result.name)
+    fn.restype = ctypes.c_int32
+    rng = np.random.default_rng(6)
+    for n, c, h, w, f, kh, kw in [(1, 3, 7, 9, 8, 3, 3), (2, 5, 6, 23, 17, 5, 5), (1, 2, 5, 8, 20, 2, 4)]:
+        x, wt = _args(rng, [(n, c, h, w), (f, c, kh, kw)])
+        out = np.full((n, f, h - kh + 1, w - kw + 1), np.nan, np.float32)
+        pointers = [ctypes.c_void_p(a.ctypes.data) for a in (x, wt, out)]
+        assert fn(*pointers, *[ctypes.c_int64(s) for s in (n, c, h, w, f, kh, kw)]) == 0
+        _close(out, conv_np(x, wt))
