@@ -403,7 +403,10 @@ def define_gemm(module: ir.Module, dtype: str, cfg: GemmBlocking | None = None) 
 SPIN_LIMIT = 64
 YIELD_LIMIT = 2048
 SLEEP_US = 50
-FUTEX_SPINS = 1024  # a GEMM team's waits: `pause` this many looks (tens of µs), then sleep
+# a GEMM team's waits: `pause` between looks for FUTEX_SPIN_CYCLES time-stamp counter cycles
+# (~100 µs, about a compute task: most waits at a stage's end are shorter, and a sleeping thread
+# costs a wake-up of tens of µs on a VM), then sleep
+FUTEX_SPIN_CYCLES = 300_000
 FUTEX_TIMEOUT_NS = 1_000_000  # and look again (the cancel word too) at least every millisecond
 
 
@@ -428,11 +431,14 @@ def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins,
     """Wait until the finished-task counter reaches `target` (an acquire load, so that what those
     tasks wrote is visible); return from the function if the call is cancelled meanwhile. `spins`
     is an i64 alloca. Where the futex system call exists (`sleepers` not None): `pause` between
-    the first FUTEX_SPINS looks, then sleep until a finished task wakes this thread (at most
+    looks for FUTEX_SPIN_CYCLES, then sleep until a finished task wakes this thread (at most
     FUTEX_TIMEOUT_NS a time). A sleeping thread gives its core away without giving up its turn:
     sched_yield() on a machine shared with other processes (other scheduling groups) handed the
     core to them for a whole time slice. Elsewhere: back_off's spin, yield, sleep."""
-    b.store(c64(0), spins)
+    if sleepers is None:
+        b.store(c64(0), spins)
+    else:
+        b.store(b.call(declare_intrinsic(module, "llvm.readcyclecounter", I64, []), []), spins)
     head = b.append_basic_block("wait.head")
     spin = b.append_basic_block("wait.spin")
     ready = b.append_basic_block("wait.ready")
@@ -443,10 +449,10 @@ def _wait_until(module: ir.Module, b: ir.IRBuilder, done, target, cancel, spins,
     b.position_at_end(spin)
     if sleepers is None:
         back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
-    else:
-        count = b.load(spins)
-        b.store(b.add(count, c64(1)), spins)
-        with b.if_else(b.icmp_signed("<", count, c64(FUTEX_SPINS))) as (busy, later):
+    else:  # `spins` holds the time-stamp counter when the wait began
+        clock = declare_intrinsic(module, "llvm.readcyclecounter", I64, [])
+        elapsed = b.sub(b.call(clock, []), b.load(spins))
+        with b.if_else(b.icmp_unsigned("<", elapsed, c64(FUTEX_SPIN_CYCLES))) as (busy, later):
             with busy:
                 _pause(module, b)
             with later:
