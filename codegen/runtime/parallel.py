@@ -1,9 +1,10 @@
 """runtime: phases of a compiled kernel → calls on a thread pool (parallel loops split by iterations).
 
 The JIT-compiled entry runs one phase at a time, optionally restricted to iterations [lo, hi) of
-the phase's parallel outer loop. ctypes releases the GIL for the call, so a plain Python thread
-pool runs chunks on all cores. Phases with little work run serially: a dispatch costs tens of
-microseconds.
+the phase's parallel outer loop. A phase's pieces go to native worker threads
+(runtime/native_pool.py: a few microseconds a dispatch, no Python on the workers) when no other
+call holds them; otherwise to a plain Python thread pool (ctypes releases the GIL for the call;
+tens of microseconds a dispatch). Phases with little work run serially.
 
 Interrupts: no call outlives its memory. Every call that puts work on pool threads has a cancel
 word that the generated code polls once per iteration of each phase's outermost loop (and the GEMM
