@@ -38,6 +38,8 @@ from ..lowering.lower import Lowering
 from ..planning.plan import KernelPlan, PhaseDecision, Split
 from .mapping import GridMapping, PhaseMapping
 from .rowlower import RowLowering
+from .tilelower import TileLowering
+from .tiles import TileMapping
 
 TRIPLE = "nvptx64-nvidia-cuda"
 DATA_LAYOUT = "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
@@ -49,7 +51,7 @@ _LIBDEVICE_DIRECT = {"lgamma": "lgamma"}
 _SREG = "llvm.nvvm.read.ptx.sreg.{}.x"
 
 
-class GpuLowering(RowLowering, Lowering):
+class GpuLowering(TileLowering, RowLowering, Lowering):
     """Emits the NVPTX module of a plan and its grid mapping. Single use: construct, `run()`."""
 
     def __init__(
@@ -77,7 +79,9 @@ class GpuLowering(RowLowering, Lowering):
             self.begin_phase(decision.index)
             if grid.rows is not None:  # its own step functions; the phase function stays empty
                 self.b.ret(ll.Constant(V.I32, 0))
-                ops = self.row_ops[grid.index] = self.emit_row_phase(grid)
+                tiled = isinstance(grid.rows, TileMapping)
+                ops = self.emit_tile_ops(grid) if tiled else self.emit_row_phase(grid)
+                self.row_ops[grid.index] = ops
                 if not self.emulate:
                     self.entries.append(self.emit_row_entry(grid, ops))
                 continue

@@ -30,6 +30,7 @@ from tensorlang import ir
 from ..planning.astgen import LoopKind, contains_loop, expr_mentions, leaves_under, loop_range, unwrap
 from ..planning.plan import KernelPlan
 from .rows import RowMapping, row_mapping
+from .tiles import TileMapping, tile_mapping
 
 #: threads per block of a mapped phase (a multiple of the warp size)
 BLOCK_THREADS = 256
@@ -58,7 +59,7 @@ class PhaseMapping:
     loops: tuple[MappedLoop, ...]
     fastest: int
     reason: str  # why this mapping (printed)
-    rows: RowMapping | None = None  # the row spread over a block or warp (gpu/rows.py)
+    rows: RowMapping | TileMapping | None = None  # a row per block or warp, or C's tiles
     sequential: str = ""  # why the loops inside the mapped ones stay sequential (printed)
 
     @property
@@ -94,6 +95,8 @@ class PhaseMapping:
             return head + f"single thread (grid 1 x 1): {self.reason}"
         dims = " x ".join(f"{self.loops[n].iterator}[{self.loops[n].count}]" for n in self.order)
         fastest = self.loops[self.fastest].iterator
+        if isinstance(self.rows, TileMapping):
+            return head + self.rows.describe()
         if self.rows is not None:
             return head + f"rows {dims} = {self.threads}, {self.rows.describe()}"
         return (
@@ -125,6 +128,10 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
     statements = phase.statements
     if plan.param_values is None:
         return PhaseMapping(index, statements, (), 0, "sizes unknown (a generic plan)")
+    tiles, _ = tile_mapping(plan, statements, values)
+    if tiles is not None:
+        loop = MappedLoop("", "tile", 0, tiles.rows, 1)  # a block per tile: no loop of the AST is mapped
+        return PhaseMapping(index, statements, (loop,), 0, "shared-memory tiles", rows=tiles)
     if phase.loop is None:
         if phase.outer is None:
             reason = "no loop"

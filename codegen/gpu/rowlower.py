@@ -42,6 +42,24 @@ def _const(n: int) -> ll.Constant:
     return ll.Constant(V.I64, n)
 
 
+def counted_loop(b: ll.IRBuilder, fn: ll.Function, count: int, body) -> None:
+    """At b: body(i) for i in 0..count-1 (none when count is 0)."""
+    pre = b.block
+    head = fn.append_basic_block("each")
+    work = fn.append_basic_block("each.body")
+    after = fn.append_basic_block("each.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(V.I64)
+    i.add_incoming(_const(0), pre)
+    b.cbranch(b.icmp_unsigned("<", i, _const(count)), work, after)
+    b.position_at_end(work)
+    body(i)
+    i.add_incoming(b.add(i, _const(1)), b.block)
+    b.branch(head)
+    b.position_at_end(after)
+
+
 class RowLowering:
     """Mixin of GpuLowering: phases whose rows are spread over a block or a warp."""
 
@@ -99,7 +117,7 @@ class RowLowering:
         cells, shared), the builder at its entry."""
         tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in self.layout.tensors]
         i8p = V.I8.as_pointer()
-        extra = [V.I64] * len(grid.loops) + [V.I64, i8p, i8p, i8p]
+        extra = [V.I64] * len(grid.loops) + [V.I64, V.I64, i8p, i8p, i8p]
         ty = ll.FunctionType(V.I32, tensor_types + [V.I64.as_pointer()] + extra)
         fn = ll.Function(self.module, ty, f"tl_row{grid.index}_{suffix}")
         fn.linkage = "internal"
@@ -117,7 +135,7 @@ class RowLowering:
         self.b = ll.IRBuilder(fn.append_basic_block("entry"))
         iters = fn.args[n + 1 : n + 1 + len(grid.loops)]
         env = {loop.iterator: v for loop, v in zip(grid.loops, iters)}
-        rowtid, cells, shared, self.rowmem = fn.args[n + 1 + len(grid.loops) :]
+        self.chunk, rowtid, cells, shared, self.rowmem = fn.args[n + 1 + len(grid.loops) :]
         return fn, env, rowtid, cells, shared
 
     def _cell(self, cells: ll.Value, n: int, dtype) -> ll.Value:
@@ -245,7 +263,7 @@ class RowLowering:
     # ------------------------------------------------------------------ running them
 
     def _row_cells(self, grid: PhaseMapping) -> int:
-        return max(2, 2 * grid.rows.reductions)
+        return grid.rows.cells
 
     def _shared_words(self, grid: PhaseMapping) -> int:
         """The reduction area (a word per warp per reduction), then each row's region."""
@@ -283,7 +301,8 @@ class RowLowering:
         return values
 
     def _run_code(self, b, fn, step_fn, args, failed_ptr, local, error, iters, rowtid, cells, shared) -> None:
-        """`shared`: (the block's shared array, the row's region of it)."""
+        """`shared`: (the block's shared array, the row's region of it); `iters`: the row's
+        iterators, then the chunk (of a loop of steps; 0 outside one)."""
         """At b: unless this thread failed before, run a step; record a failure (the first
         thread of the call to fail claims error[0..3], as gpu/lower.py's entry does)."""
         run = fn.append_basic_block("step")
@@ -334,6 +353,7 @@ class RowLowering:
         shared_var = ll.GlobalVariable(self.module, array, f"tl_shared{grid.index}", addrspace=3)
         shared_var.linkage = "internal"
         shared_var.initializer = ll.Constant(array, ll.Undefined)
+        shared_var.align = 16  # lets LLVM vectorise the staged tiles' shared loads
         shared = b.bitcast(b.addrspacecast(shared_var, array.as_pointer()), V.I8.as_pointer())
         cells8 = b.bitcast(cells, V.I8.as_pointer())
         row, rowtid = self._row_of(b, grid, ctaid, tid)
@@ -348,9 +368,24 @@ class RowLowering:
         iters = self._row_iterators(b, grid, row)
         args, error = list(fn.args[:n_tensors]), fn.args[n_tensors]
         warp_rows = grid.rows.per_block > 1
+        self._gpu_ops(
+            b, fn, ops, _const(0), (args, failed, local, error, iters, rowtid, cells8, shared), warp_rows
+        )
+        b.ret_void()
+        return fn
+
+    def _gpu_ops(self, b, fn, ops, chunk, state, warp_rows: bool) -> None:
+        args, failed, local, error, iters, rowtid, cells8, shared = state
+        cells = b.bitcast(cells8, V.I64.as_pointer())
         for op in ops:
             if op[0] == "code":
-                self._run_code(b, fn, op[1], args, failed, local, error, iters, rowtid, cells8, shared)
+                self._run_code(
+                    b, fn, op[1], args, failed, local, error, iters + [chunk], rowtid, cells8, shared
+                )
+            elif op[0] == "repeat":  # the same count for every thread of the block
+                counted_loop(
+                    b, fn, op[1], lambda i, body=op[2]: self._gpu_ops(b, fn, body, i, state, warp_rows)
+                )
             elif op[0] == "barrier":
                 if warp_rows:
                     sync = self._intrinsic("llvm.nvvm.bar.warp.sync", ll.VoidType(), [V.I32])
@@ -372,8 +407,6 @@ class RowLowering:
                         ],
                     )
                     b.store(value, b.gep(b.bitcast(cells, V.I32.as_pointer()), [_const(2 * dst + half)]))
-        b.ret_void()
-        return fn
 
     def emit_row_emulation(self, grid: PhaseMapping, ops: list[tuple]) -> None:
         """`tl_emulate_phase<n>(tensors..., error)`: for each block, each operation for every
@@ -393,18 +426,7 @@ class RowLowering:
         args, error = list(fn.args[:n_tensors]), fn.args[n_tensors]
 
         def each(count: int, body) -> None:
-            pre = b.block
-            head = fn.append_basic_block("each")
-            b.branch(head)
-            b.position_at_end(head)
-            i = b.phi(V.I64)
-            i.add_incoming(_const(0), pre)
-            body(i)
-            nxt = b.add(i, _const(1))
-            i.add_incoming(nxt, b.block)
-            after = fn.append_basic_block("each.done")
-            b.cbranch(b.icmp_unsigned("<", nxt, _const(count)), head, after)
-            b.position_at_end(after)
+            counted_loop(b, fn, count, body)
 
         def cell(t: ll.Value, n: int) -> ll.Value:
             return b.gep(cells, [b.add(b.mul(t, _const(ncells)), _const(n))])
@@ -416,9 +438,14 @@ class RowLowering:
 
         def run_block(block: ll.Value) -> None:
             each(threads, start)
+            run_ops(block, ops, _const(0))
+
+        def run_ops(block: ll.Value, ops: list[tuple], chunk: ll.Value) -> None:
             for op in ops:
                 if op[0] == "code":
-                    each(threads, lambda t, f=op[1]: run_code(block, t, f))
+                    each(threads, lambda t, f=op[1]: run_code(block, t, f, chunk))
+                elif op[0] == "repeat":
+                    each(op[1], lambda i, body=op[2]: run_ops(block, body, i))
                 elif op[0] == "exchange":
                     _, src, dst, mask, _wide = op
                     each(threads, lambda t, s=src: b.store(b.load(cell(t, s)), b.gep(xch, [t])))
@@ -429,7 +456,7 @@ class RowLowering:
                         ),
                     )
 
-        def run_code(block: ll.Value, t: ll.Value, step_fn: ll.Function) -> None:
+        def run_code(block: ll.Value, t: ll.Value, step_fn: ll.Function, chunk: ll.Value) -> None:
             row, rowtid = self._row_of(b, grid, block, t)
             live = fn.append_basic_block("live")
             skip = fn.append_basic_block("skip")
@@ -439,7 +466,7 @@ class RowLowering:
             mine = b.bitcast(cell(t, 0), V.I8.as_pointer())
             memory = (shared, self._row_memory(b, grid, shared, t))
             self._run_code(
-                b, fn, step_fn, args, b.gep(failed, [t]), local, error, iters, rowtid, mine, memory
+                b, fn, step_fn, args, b.gep(failed, [t]), local, error, iters + [chunk], rowtid, mine, memory
             )
             b.branch(skip)
             b.position_at_end(skip)

@@ -89,6 +89,11 @@ class RowMapping:
     local: tuple[RowLocal, ...] = ()
 
     @property
+    def cells(self) -> int:
+        """Private 8-byte cells per thread: an accumulator and an exchange cell per reduction."""
+        return max(2, 2 * self.reductions)
+
+    @property
     def row_bytes(self) -> int:
         """Shared memory per row for its row-local temporaries (8-byte aligned)."""
         return max((-(-(v.offset + v.extent * v.bytes) // 8) * 8 for v in self.local), default=0)

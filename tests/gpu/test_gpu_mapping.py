@@ -39,13 +39,14 @@ def test_elementwise_2d_maps_both_loops_stride1_fastest() -> None:
     assert "grid 9 x 256" in line
 
 
-def test_matmul_init_2d_body_one_thread_per_row() -> None:
+def test_matmul_init_2d_body_tiled_or_one_thread_per_row() -> None:
     init, body = plan_lines(MATMUL, {"M": 64, "K": 32, "N": 48})
     assert "(I0)" in init and "c0[64] x c1[48]" in init
-    # the schedule puts the reduction k between m and n: only m is mapped, k and n run in the thread
-    assert (
-        "(S0)" in body and "one thread per c0[64] = 64 threads" in body and "inner loops sequential" in body
-    )
+    # a contraction: shared-memory tiles (gpu/tiles.py; tests/gpu/test_gpu_tiles.py)
+    assert "(S0)" in body and "shared-memory tiles for C += A·B" in body
+    # below 4096 multiply-adds no tiles: the schedule puts k between m and n, so only m is mapped
+    _, body = plan_lines(MATMUL, {"M": 8, "K": 8, "N": 8})
+    assert "one thread per c0[8] = 8 threads" in body and "inner loops sequential" in body
 
 
 def test_fused_softmax_one_warp_per_row() -> None:

@@ -111,10 +111,9 @@ def test_plan_warp_per_short_row_and_thread_per_tiny_row() -> None:
 
 
 def test_plan_fallbacks_say_why() -> None:
-    mm = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
-    assert "no block per row: the loop c1 inside the row contains loops" in plan_line(
-        mm, {"M": 64, "K": 64, "N": 64}
-    )
+    bmm = "def bmm(float(B,M,K) A, float(B,K,N) W) -> (C) { C(b,m,n) +=! A(b,m,k) * W(b,k,n) }"
+    line = plan_line(bmm, {"B": 2, "M": 64, "K": 64, "N": 64})
+    assert "no block per row: the loop c2 inside the row contains loops" in line
     # gathered rows: the reduction walks T across rows, the mapped loop n along them
     gather = "def g(float(V, N) T, int32(D) I) -> (O) { O(n) +=! T(I(d), n) }"
     line = plan_line(gather, {"V": 50, "N": 300, "D": 200})

@@ -1,0 +1,168 @@
+"""gpu: a tiled contraction phase (PhaseMapping.rows a TileMapping) → its step functions and operations.
+
+The operations (run by gpu/rowlower.py on the GPU and in the emulation): ("repeat", chunks,
+[load, barrier, compute, barrier]), then store. Thread t of the block owns rows ty·RM .. and
+columns tx·RN .. of the tile (tx = t mod TN/RN): its RM x RN accumulators are its private
+cells. The staged slices live in the block's shared memory: A's TK x TM (transposed, so that
+a thread reads its RM values of one k side by side), then B's TK x TN.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ll
+
+from tensorlang import ir
+
+from ..emit import values as V
+from ..lowering.state import PolyLeafContext
+from .mapping import PhaseMapping
+from .tiles import TileMapping
+
+
+def _const(n: int) -> ll.Constant:
+    return ll.Constant(V.I64, n)
+
+
+class TileLowering:
+    """Mixin of GpuLowering (with RowLowering): the steps of a tiled contraction."""
+
+    def emit_tile_ops(self, grid: PhaseMapping) -> list[tuple]:
+        tiles: TileMapping = grid.rows
+        load = self._tile_load(grid, tiles)
+        compute = self._tile_compute(grid, tiles)
+        store = self._tile_store(grid, tiles)
+        sync = ("barrier",)
+        return [("repeat", tiles.chunks, [("code", load), sync, ("code", compute), sync]), ("code", store)]
+
+    def _tile_parts(self, tiles: TileMapping):
+        """(statement, its dtype, the read of A, the read of B) of the contraction."""
+        stmt = self.scop.statement(tiles.contraction.statement)
+        st = stmt.statement
+        rhs = st.rhs
+        assert isinstance(rhs, ir.Binary) and isinstance(rhs.lhs, ir.Read) and isinstance(rhs.rhs, ir.Read)
+        return stmt, rhs.dtype, rhs.lhs, rhs.rhs
+
+    def _tile_origin(self, tiles: TileMapping, tile: ll.Value) -> tuple[ll.Value, ll.Value]:
+        """The first m and n of tile `tile` (tiles numbered with n fastest)."""
+        b = self.b
+        tm, tn = b.udiv(tile, _const(tiles.tiles_n)), b.urem(tile, _const(tiles.tiles_n))
+        m0 = b.add(_const(tiles.ranges[0][0]), b.mul(tm, _const(tiles.tm)))
+        n0 = b.add(_const(tiles.ranges[1][0]), b.mul(tn, _const(tiles.tn)))
+        return m0, n0
+
+    def _element(self, stmt, read: ir.Read, indices: dict[str, ll.Value], ok: ll.Value, dtype) -> ll.Value:
+        """read's element at `indices` where `ok`, else zero: the index is clamped into range first,
+        so the load is always in bounds (no branch)."""
+        self.leaf_statement = PolyLeafContext(stmt.name, stmt.statement, indices)
+        value = V.load_element(self.b, self.address(read.tensor, read.indices, read), dtype)
+        return self.b.select(ok, value, V.const(dtype, 0))
+
+    def _clamped(self, value: ll.Value, lo: int, hi: int) -> tuple[ll.Value, ll.Value]:
+        """(value clamped into [lo, hi), whether it was in range); hi > lo."""
+        b = self.b
+        ok = b.icmp_signed("<", value, _const(hi))
+        return b.select(ok, value, _const(hi - 1)), ok
+
+    def _shared_slices(self, tiles: TileMapping, dtype) -> tuple[ll.Value, ll.Value]:
+        ty = V.memory_type(dtype).as_pointer()
+        a = self.b.bitcast(self.rowmem, ty)
+        return a, self.b.gep(a, [_const(tiles.tm * tiles.tk)])
+
+    def _tile_load(self, grid: PhaseMapping, tiles: TileMapping) -> ll.Function:
+        fn, env, tid, _, _ = self._step_function(grid, "load")
+        b = self.b
+        stmt, dtype, read_a, read_b = self._tile_parts(tiles)
+        c = tiles.contraction
+        (tile,) = env.values()
+        m0, n0 = self._tile_origin(tiles, tile)
+        k0 = b.add(_const(tiles.ranges[2][0]), b.mul(self.chunk, _const(tiles.tk)))
+        a_s, b_s = self._shared_slices(tiles, dtype)
+        (_, m_hi), (_, n_hi), (_, k_hi) = tiles.ranges
+        for q in range(tiles.tm * tiles.tk // tiles.threads):  # A: consecutive threads, consecutive k
+            i = b.add(tid, _const(q * tiles.threads))
+            r, kk = b.udiv(i, _const(tiles.tk)), b.urem(i, _const(tiles.tk))
+            m, m_ok = self._clamped(b.add(m0, r), 0, m_hi)
+            k, k_ok = self._clamped(b.add(k0, kk), 0, k_hi)
+            value = self._element(stmt, read_a, {c.m: m, c.k: k, c.n: n0}, b.and_(m_ok, k_ok), dtype)
+            V.store_element(b, value, b.gep(a_s, [b.add(b.mul(kk, _const(tiles.tm)), r)]), dtype)
+        for q in range(tiles.tk * tiles.tn // tiles.threads):  # B: consecutive threads, consecutive n
+            i = b.add(tid, _const(q * tiles.threads))
+            kk, col = b.udiv(i, _const(tiles.tn)), b.urem(i, _const(tiles.tn))
+            n, n_ok = self._clamped(b.add(n0, col), 0, n_hi)
+            k, k_ok = self._clamped(b.add(k0, kk), 0, k_hi)
+            value = self._element(stmt, read_b, {c.m: m0, c.k: k, c.n: n}, b.and_(n_ok, k_ok), dtype)
+            V.store_element(b, value, b.gep(b_s, [b.add(b.mul(kk, _const(tiles.tn)), col)]), dtype)
+        b.ret(ll.Constant(V.I32, 0))
+        return fn
+
+    def _thread_origin(self, tiles: TileMapping, tid: ll.Value) -> tuple[ll.Value, ll.Value]:
+        """The first row and column of thread `tid`'s register tile, within the tile."""
+        b = self.b
+        across = tiles.tn // tiles.rn
+        ty, tx = b.udiv(tid, _const(across)), b.urem(tid, _const(across))
+        return b.mul(ty, _const(tiles.rm)), b.mul(tx, _const(tiles.rn))
+
+    def _tile_compute(self, grid: PhaseMapping, tiles: TileMapping) -> ll.Function:
+        """acc[i][j] += A_s[kk][row + i] · B_s[kk][col + j] for the chunk's kk (unrolled)."""
+        fn, _, tid, cells, _ = self._step_function(grid, "compute")
+        b = self.b
+        _, dtype, _, _ = self._tile_parts(tiles)
+        a_s, b_s = self._shared_slices(tiles, dtype)
+        row, col = self._thread_origin(tiles, tid)
+        slots = [self._cell(cells, n, dtype) for n in range(tiles.cells)]
+        acc = [V.load_element(b, p, dtype) for p in slots]
+        flags = self.flags if self.flags else ("reassoc", "contract")
+        for kk in range(tiles.tk):
+            a_row = b.gep(a_s, [b.add(_const(kk * tiles.tm), row)])
+            b_row = b.gep(b_s, [b.add(_const(kk * tiles.tn), col)])
+            xs, ys = self._shared_run(a_row, tiles.rm, dtype), self._shared_run(b_row, tiles.rn, dtype)
+            for i in range(tiles.rm):
+                for j in range(tiles.rn):
+                    n = i * tiles.rn + j
+                    acc[n] = b.fadd(acc[n], b.fmul(xs[i], ys[j], flags=flags), flags=flags)
+        for value, p in zip(acc, slots):
+            V.store_element(b, value, p, dtype)
+        b.ret(ll.Constant(V.I32, 0))
+        return fn
+
+    def _shared_run(self, ptr: ll.Value, count: int, dtype) -> list[ll.Value]:
+        """`count` consecutive elements from `ptr` (16-byte aligned: the shared array is, and a
+        thread's run starts at a multiple of RM or RN elements), in 16-byte vector loads on the
+        GPU; the emulation's arrays promise no alignment, so it loads the same vectors unaligned."""
+        b = self.b
+        width = max(1, 16 // (dtype.bits // 8))
+        if count % width:
+            return [V.load_element(b, b.gep(ptr, [_const(i)]), dtype) for i in range(count)]
+        vector = ll.VectorType(V.memory_type(dtype), width)
+        out = []
+        for start in range(0, count, width):
+            vp = b.bitcast(b.gep(ptr, [_const(start)]), vector.as_pointer())
+            v = b.load(vp, align=dtype.bits // 8 if self.emulate else 16)
+            out += [b.extract_element(v, ll.Constant(V.I32, i)) for i in range(width)]
+        return out
+
+    def _tile_store(self, grid: PhaseMapping, tiles: TileMapping) -> ll.Function:
+        """C[m][n] += acc for the thread's elements inside C."""
+        fn, env, tid, cells, _ = self._step_function(grid, "store")
+        b = self.b
+        stmt, dtype, _, _ = self._tile_parts(tiles)
+        st = stmt.statement
+        c = tiles.contraction
+        (tile,) = env.values()
+        m0, n0 = self._tile_origin(tiles, tile)
+        row, col = self._thread_origin(tiles, tid)
+        (_, m_hi), (_, n_hi), (k_lo, _) = tiles.ranges
+        flags = self.flags if self.flags else ("reassoc",)
+        for i in range(tiles.rm):
+            m = b.add(b.add(m0, row), _const(i))
+            for j in range(tiles.rn):
+                n = b.add(b.add(n0, col), _const(j))
+                inside = b.and_(b.icmp_signed("<", m, _const(m_hi)), b.icmp_signed("<", n, _const(n_hi)))
+                with b.if_then(inside):
+                    self.leaf_statement = PolyLeafContext(stmt.name, st, {c.m: m, c.n: n, c.k: _const(k_lo)})
+                    ptr = self.address(st.tensor, st.lhs, None)
+                    total = V.load_element(b, self._cell(cells, i * tiles.rn + j, dtype), dtype)
+                    old = V.load_element(b, ptr, dtype)
+                    V.store_element(b, V.combine(b, "+", dtype, old, total, flags), ptr, dtype)
+        b.ret(ll.Constant(V.I32, 0))
+        return fn
