@@ -256,9 +256,8 @@ def release_conv_buffers(state) -> None:
     free = module.globals.get("free") or ll.Function(
         module, ll.FunctionType(ll.VoidType(), [V.I8.as_pointer()]), name="free"
     )
-    functions = {f.name: f for f in state.phase_functions}
     for (name, _), p in prepared.items():
-        fn = functions[name]
+        fn = module.get_global(name)  # the function that allocated it (a phase's, whatever emits it)
         for block in fn.blocks:
             term = block.instructions[-1] if block.is_terminated else None
             if isinstance(term, ll.Ret):
