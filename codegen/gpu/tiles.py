@@ -111,7 +111,10 @@ def tile_mapping(
     ranges = []
     for var in (found.m, found.n, found.k):
         r = st.range_of(var)
-        ranges.append((compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes)))
+        try:
+            ranges.append((compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes)))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None, f"the range of {var} is not a function of the sizes"
     m, n = ranges[0][1] - ranges[0][0], ranges[1][1] - ranges[1][0]
     tile = LARGE_TILE
     if -(-m // tile[0]) * -(-n // tile[1]) < LARGE_TILE_MIN_TILES:

@@ -245,8 +245,8 @@ FLOAT_CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("scale", [40, 150])
 def test_corpus_rows_at_larger_sizes(scale: int) -> None:
-    """Every float corpus kernel with all sizes set to `scale`, where a phase gets rows: the
-    emulation against the CPU kernel."""
+    """Every float corpus kernel with all sizes set to `scale`, where a phase gets rows or
+    tiles (gpu/tiles.py): the emulation against the CPU kernel."""
     mapped = 0
     for case in FLOAT_CASES:
         with warnings.catch_warnings():
@@ -257,7 +257,7 @@ def test_corpus_rows_at_larger_sizes(scale: int) -> None:
                 text = kernel.inspect("plan", sizes=sizes)
             except tl.TensorLangError:
                 continue
-            if not re.search(r"one (warp|block of \d+ threads) per row", text):
+            if not re.search(r"one (warp|block of \d+ threads) per (row|\d+ x \d+ tile)", text):
                 continue
             cpu = tl.compile(case["tc"], case.get("entry"))
             inputs = {}
