@@ -1,7 +1,8 @@
 """gpu: a tiled contraction phase (PhaseMapping.rows a TileMapping) → its step functions and operations.
 
-The operations (run by gpu/rowlower.py on the GPU and in the emulation): ("repeat", chunks,
-[load, barrier, compute, barrier]), then store. Thread t of the block owns rows ty·RM .. and
+The operations (run by gpu/rowlower.py on the GPU and in the emulation): fetch chunk 0 into
+registers, stage it in shared memory, barrier, ("repeat", chunks, [fetch the next chunk into
+registers, compute this one, barrier, stage the next, barrier]), then store. Thread t of the block owns rows ty·RM .. and
 columns tx·RN .. of the tile (tx = t mod TN/RN): its RM x RN accumulators are its private
 cells. The staged slices live in the block's shared memory: A's TK x TM (transposed, so that
 a thread reads its RM values of one k side by side), then B's TK x TN.
@@ -28,11 +29,12 @@ class TileLowering:
 
     def emit_tile_ops(self, grid: PhaseMapping) -> list[tuple]:
         tiles: TileMapping = grid.rows
-        load = self._tile_load(grid, tiles)
-        compute = self._tile_compute(grid, tiles)
+        first, ahead = self._tile_fetch(grid, tiles, 0), self._tile_fetch(grid, tiles, 1)
+        stage, compute = self._tile_stage(grid, tiles), self._tile_compute(grid, tiles)
         store = self._tile_store(grid, tiles)
         sync = ("barrier",)
-        return [("repeat", tiles.chunks, [("code", load), sync, ("code", compute), sync]), ("code", store)]
+        chunk = [("code", ahead), ("code", compute), sync, ("code", stage), sync]
+        return [("code", first), ("code", stage), sync, ("repeat", tiles.chunks, chunk), ("code", store)]
 
     def _tile_parts(self, tiles: TileMapping):
         """(statement, its dtype, the read of A, the read of B) of the contraction."""
@@ -68,30 +70,59 @@ class TileLowering:
         a = self.b.bitcast(self.rowmem, ty)
         return a, self.b.gep(a, [_const(tiles.tm * tiles.tk)])
 
-    def _tile_load(self, grid: PhaseMapping, tiles: TileMapping) -> ll.Function:
-        fn, env, tid, _, _ = self._step_function(grid, "load")
+    def _staged(self, tiles: TileMapping, tid: ll.Value) -> list[tuple[int, ll.Value, ll.Value]]:
+        """Thread `tid`'s elements of a chunk: (0 for A or 1 for B, row or k of it, column or k
+        of it) — A's (r, kk) with consecutive threads on consecutive k, B's (kk, col) on
+        consecutive n."""
+        b = self.b
+        out = []
+        for q in range(tiles.tm * tiles.tk // tiles.threads):
+            i = b.add(tid, _const(q * tiles.threads))
+            out.append((0, b.udiv(i, _const(tiles.tk)), b.urem(i, _const(tiles.tk))))
+        for q in range(tiles.tk * tiles.tn // tiles.threads):
+            i = b.add(tid, _const(q * tiles.threads))
+            out.append((1, b.udiv(i, _const(tiles.tn)), b.urem(i, _const(tiles.tn))))
+        return out
+
+    def _tile_fetch(self, grid: PhaseMapping, tiles: TileMapping, ahead: int) -> ll.Function:
+        """The thread's elements of chunk `chunk + ahead` from global memory into its staging
+        cells (after the accumulators); zero outside A and B (past the last chunk too). Fetching
+        the next chunk before computing this one lets the loads' latency overlap the products."""
+        fn, env, tid, cells, _ = self._step_function(grid, f"fetch{ahead}")
         b = self.b
         stmt, dtype, read_a, read_b = self._tile_parts(tiles)
         c = tiles.contraction
         (tile,) = env.values()
         m0, n0 = self._tile_origin(tiles, tile)
-        k0 = b.add(_const(tiles.ranges[2][0]), b.mul(self.chunk, _const(tiles.tk)))
-        a_s, b_s = self._shared_slices(tiles, dtype)
+        chunk = b.add(self.chunk, _const(ahead))
+        k0 = b.add(_const(tiles.ranges[2][0]), b.mul(chunk, _const(tiles.tk)))
         (_, m_hi), (_, n_hi), (_, k_hi) = tiles.ranges
-        for q in range(tiles.tm * tiles.tk // tiles.threads):  # A: consecutive threads, consecutive k
-            i = b.add(tid, _const(q * tiles.threads))
-            r, kk = b.udiv(i, _const(tiles.tk)), b.urem(i, _const(tiles.tk))
-            m, m_ok = self._clamped(b.add(m0, r), 0, m_hi)
-            k, k_ok = self._clamped(b.add(k0, kk), 0, k_hi)
-            value = self._element(stmt, read_a, {c.m: m, c.k: k, c.n: n0}, b.and_(m_ok, k_ok), dtype)
-            V.store_element(b, value, b.gep(a_s, [b.add(b.mul(kk, _const(tiles.tm)), r)]), dtype)
-        for q in range(tiles.tk * tiles.tn // tiles.threads):  # B: consecutive threads, consecutive n
-            i = b.add(tid, _const(q * tiles.threads))
-            kk, col = b.udiv(i, _const(tiles.tn)), b.urem(i, _const(tiles.tn))
-            n, n_ok = self._clamped(b.add(n0, col), 0, n_hi)
-            k, k_ok = self._clamped(b.add(k0, kk), 0, k_hi)
-            value = self._element(stmt, read_b, {c.m: m0, c.k: k, c.n: n}, b.and_(n_ok, k_ok), dtype)
-            V.store_element(b, value, b.gep(b_s, [b.add(b.mul(kk, _const(tiles.tn)), col)]), dtype)
+        for n, (which, x, y) in enumerate(self._staged(tiles, tid)):
+            if which == 0:
+                m, m_ok = self._clamped(b.add(m0, x), 0, m_hi)
+                k, k_ok = self._clamped(b.add(k0, y), 0, k_hi)
+                value = self._element(stmt, read_a, {c.m: m, c.k: k, c.n: n0}, b.and_(m_ok, k_ok), dtype)
+            else:
+                col, n_ok = self._clamped(b.add(n0, y), 0, n_hi)
+                k, k_ok = self._clamped(b.add(k0, x), 0, k_hi)
+                value = self._element(stmt, read_b, {c.m: m0, c.k: k, c.n: col}, b.and_(n_ok, k_ok), dtype)
+            V.store_element(b, value, self._cell(cells, tiles.rm * tiles.rn + n, dtype), dtype)
+        b.ret(ll.Constant(V.I32, 0))
+        return fn
+
+    def _tile_stage(self, grid: PhaseMapping, tiles: TileMapping) -> ll.Function:
+        """The staging cells into the shared slices: A transposed (kk, r), B as (kk, col)."""
+        fn, _, tid, cells, _ = self._step_function(grid, "stage")
+        b = self.b
+        _, dtype, _, _ = self._tile_parts(tiles)
+        a_s, b_s = self._shared_slices(tiles, dtype)
+        for n, (which, x, y) in enumerate(self._staged(tiles, tid)):
+            value = V.load_element(b, self._cell(cells, tiles.rm * tiles.rn + n, dtype), dtype)
+            if which == 0:
+                at = b.gep(a_s, [b.add(b.mul(y, _const(tiles.tm)), x)])
+            else:
+                at = b.gep(b_s, [b.add(b.mul(x, _const(tiles.tn)), y)])
+            V.store_element(b, value, at, dtype)
         b.ret(ll.Constant(V.I32, 0))
         return fn
 

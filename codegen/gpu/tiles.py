@@ -2,9 +2,10 @@
 
 A block computes a TM x TN tile of C; the K loop runs in chunks of TK: the block's threads
 stage the chunk's TM x TK slice of A (transposed) and TK x TN slice of B in shared memory
-(each thread loads a few elements, out-of-range ones as zero), a barrier, every thread adds the
-chunk's products to its RM x RN register tile (TM/RM x TN/RN threads), a barrier; at the end
-each thread adds its register tile to C. The step structure is the row mapping's (gpu/rows.py,
+(each thread loads a few elements, out-of-range ones as zero, the next chunk's into registers
+while the products of this one are computed), a barrier, every thread adds the chunk's products
+to its RM x RN register tile (TM/RM x TN/RN threads), a barrier; at the end each thread adds
+its register tile to C. The step structure is the row mapping's (gpu/rows.py,
 gpu/rowlower.py): the same operations run on the GPU and in the emulation, with a loop over the
 chunks around the load, barrier, compute, barrier steps.
 
@@ -78,7 +79,8 @@ class TileMapping:
 
     @property
     def cells(self) -> int:
-        return self.rm * self.rn
+        """The register tile, then the elements a thread stages per chunk."""
+        return self.rm * self.rn + (self.tm + self.tn) * self.tk // self.threads
 
     @property
     def row_bytes(self) -> int:
