@@ -342,3 +342,13 @@ def test_row_phase_through_the_stand_in_driver(monkeypatch, sizes: dict) -> None
     _, mapping = kernel.plan(sizes)
     assert launch[1][0] == mapping.phases[0].blocks and launch[2][0] == mapping.phases[0].block
     assert launch[3] == 0
+
+
+def test_emulated_bool_and_int8_rows() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.random((3, 300)) < 0.002
+    out, _ = emulate("def f(bool(N,D) X) -> (Y) { Y(n) max=! X(n,d) }", {"N": 3, "D": 300}, {"X": X})
+    np.testing.assert_array_equal(out["Y"], X.any(1))
+    Xi = rng.integers(-100, 100, (3, 300)).astype(np.int8)
+    out, _ = emulate("def f(int8(N,D) X) -> (Y) { Y(n) +=! X(n,d) }", {"N": 3, "D": 300}, {"X": Xi})
+    np.testing.assert_array_equal(out["Y"], Xi.sum(1, dtype=np.int8))  # wraps, in any order
