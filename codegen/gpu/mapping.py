@@ -29,7 +29,7 @@ from tensorlang import ir
 
 from ..planning.astgen import LoopKind, contains_loop, expr_mentions, leaves_under, loop_range, unwrap
 from ..planning.plan import KernelPlan
-from .rows import RowMapping, row_mapping
+from .rows import RowMapping, _subscripts, row_mapping
 from .tiles import TileMapping, tile_mapping
 
 #: threads per block of a mapped phase (a multiple of the warp size)
@@ -138,6 +138,11 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
         else:
             name = phase.outer.for_get_iterator().get_id().get_name()
             reason = f"the outer loop {name} carries a dependence (a reduction or recurrence over it)"
+            inner, why = _inner_parallel(plan, phase, values)
+            if inner is not None:
+                reason += f"; the loop {inner.iterator} inside it is mapped instead, {name} runs in each thread ({why})"
+                return PhaseMapping(index, statements, (inner,), 0, reason)
+            reason += f"; {why}"
         return PhaseMapping(index, statements, (), 0, reason)
     outer = _mapped(plan, unwrap(phase.loop), values)
     if outer is None:
@@ -165,6 +170,49 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
     if rows is None:
         return dataclasses.replace(found, sequential=f"no block per row: {why}")
     return dataclasses.replace(found, rows=rows)
+
+
+def _inner_parallel(plan: KernelPlan, phase, values: Mapping) -> tuple[MappedLoop | None, str]:
+    """The loop directly inside a phase's dependence-carrying outer loop, mapped to threads with
+    the outer loop run inside each thread (a column sum `S(d) +=! X(n, d)` scheduled with n
+    outside): an interchange, legal when the nest is perfect, the inner loop's bounds do not
+    depend on the outer one, and threads touch disjoint elements — every tensor the nest writes
+    is accessed, wherever the nest accesses it, at `±inner + c` in one dimension (the same sign
+    and c)."""
+    outer = unwrap(phase.outer)
+    node = unwrap(outer.for_get_body())
+    if node.get_type() != isl.ast_node_type.for_ or node.for_is_degenerate():
+        return None, "no loop directly inside it alone"
+    mapped = _mapped(plan, node, values)
+    if mapped is None:
+        return None, "the loop inside it has bounds that depend on it"
+    j = mapped.iterator
+    accesses: dict[str, list] = {}
+    written: set[str] = set()
+    for leaf in leaves_under(node, plan.ast.leaves) or ():
+        poly = plan.scop.statement(leaf.statement)
+        st = poly.statement
+        exprs = dict(leaf.index_exprs)
+        written.add(st.tensor)
+        accesses.setdefault(st.tensor, []).append(_subscripts(st.lhs, exprs))
+        if poly.kind != "init":
+            for read in ir.walk(st.rhs):
+                if isinstance(read, ir.Read):
+                    accesses.setdefault(read.tensor, []).append(_subscripts(read.indices, exprs))
+    for tensor in sorted(written):
+        common = None
+        for subs in accesses[tensor]:
+            if subs is None:
+                return None, f"{tensor} is written and accessed at a data-dependent element"
+            dims = {
+                (d, dict(sub)[j], dict(sub).get("", 0))
+                for d, sub in enumerate(subs)
+                if set(dict(sub)) - {""} == {j} and abs(dict(sub)[j]) == 1
+            }
+            common = dims if common is None else common & dims
+        if not common:
+            return None, f"threads of {j} would share elements of {tensor}"
+    return mapped, f"each thread its own elements of {', '.join(sorted(written))}"
 
 
 def _mapped(plan: KernelPlan, node: isl.AstNode, values: Mapping) -> MappedLoop | None:

@@ -352,3 +352,44 @@ def test_emulated_bool_and_int8_rows() -> None:
     Xi = rng.integers(-100, 100, (3, 300)).astype(np.int8)
     out, _ = emulate("def f(int8(N,D) X) -> (Y) { Y(n) +=! X(n,d) }", {"N": 3, "D": 300}, {"X": Xi})
     np.testing.assert_array_equal(out["Y"], Xi.sum(1, dtype=np.int8))  # wraps, in any order
+
+
+# ------------------------------------------- a reduction over the outer loop: the inner loop mapped
+
+COLSUM = "def colsum(float(N, D) X) -> (S) { S(d) +=! X(n, d) * X(n, d) }"
+ATAX = "def atax(float(M,N) A, float(N) x) -> (y) {\n  t(i) +=! A(i,j) * x(j)\n  y(j) +=! A(i,j) * t(i)\n}"
+
+
+def test_plan_outer_reduction_maps_the_inner_loop() -> None:
+    line = plan_line(COLSUM, {"N": 200, "D": 37})
+    assert "one thread per c2[37] = 37 threads" in line
+    assert (
+        "the loop c2 inside it is mapped instead, c1 runs in each thread (each thread its own elements of S)"
+        in line
+    )
+    # tiled by the schedule (Y[c1 + c2]): threads could share elements, so a single thread
+    src = "def w(float(N, D) X) -> (Y) { Y(d) +=! X(n, D - 1 - d) }"
+    line = plan_line(src, {"N": 50, "D": 40})
+    assert "single thread" in line and "threads of c1 would share elements of Y" in line
+
+
+@pytest.mark.parametrize("N,D", [(1, 1), (200, 37), (33, 300)])
+def test_emulated_outer_reductions(N: int, D: int) -> None:
+    X = rand((N, D), np.float32, seed=N)
+    out, _ = emulate(COLSUM, {"N": N, "D": D}, {"X": X})
+    np.testing.assert_allclose(out["S"], (X * X).sum(0), rtol=1e-5, atol=1e-6)
+    out, _ = emulate("def h(float(N, D) X) -> (S) { S(d) max=! X(n, d) }", {"N": N, "D": D}, {"X": X})
+    np.testing.assert_array_equal(out["S"], X.max(0))
+    A, x = rand((N, D), np.float32, seed=2), rand((D,), np.float32, seed=3)
+    out, _ = emulate(ATAX, {"M": N, "N": D}, {"A": A, "x": x})
+    np.testing.assert_allclose(out["y"], A.T @ (A @ x), rtol=1e-4, atol=1e-4)
+
+
+@needs_ptxas
+def test_outer_reduction_ptx_assembles(tmp_path) -> None:
+    kernel = tl.compile(ATAX, target="cuda")
+    for arch in ("sm_80", "sm_90"):
+        f = tmp_path / "kernel.ptx"
+        f.write_text(kernel.inspect("ptx", sizes={"M": 500, "N": 400}, arch=arch))
+        done = subprocess.run([ptxas_path(), f"-arch={arch}", str(f), "-o", str(tmp_path / "k.cubin")])
+        assert done.returncode == 0
