@@ -74,9 +74,9 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
       A strip is an upper bound of the row (the footprint of a 1000-wide grid is half the
       model's); strips narrower than a row plus the skew cut every row in two, the second
       piece short (1000^2, 1 thread: jacobi-2d T=100 6.9 ms with 1024-wide strips, 5.6 ms with
-      2048; fdtd-2d T=50 20.3 and 16.4 ms; jacobi-2d 4000^2 T=50 89 ms both);
+      2048; fdtd-2d T=50 20.3 and 16.4 ms; jacobi-2d 4000^2 T=50 89 ms both): (16, 32, 2048);
     - 3-d and more: the stride-1 member untiled (strips of a short row make mostly partial
-      tiles), its rows assumed `_ROW_3D` elements long.
+      tiles), its rows assumed `_ROW_3D` elements long: (16, 8, 8).
     With `chain` (the innermost member carries a dependence, so the last two point loops become
     a wavefront, Gauss-Seidel) a 2-d stencil takes strips of `_CHAIN_STRIP`: each wavefront of a
     tile then has at most `rows` independent points (seidel-2d 1000^2 T=100, 1 thread: 1024-wide
@@ -101,8 +101,10 @@ _STEPS = 16
 # strip width of a 2-d stencil's stride-1 member (with the inner wavefront: _CHAIN_STRIP)
 _STRIP = 2048
 _CHAIN_STRIP = 256
-# the row length (elements of the untiled innermost member) assumed for 3-d stencils
-_ROW_3D = 64
+# the row length (elements of the untiled innermost member) assumed for 3-d stencils: grids of
+# 100-256 elements a side; it gives (16, 8, 8), which ran heat-3d 3-10 % faster than (16, 16, 16)
+# at 100^3, 120^3 and 256^3 on one thread (rows of 64 gave (16, 16, 16): 2 MB a tile at 256^3)
+_ROW_3D = 160
 
 
 def tile_time_band(
