@@ -21,11 +21,11 @@ input element outside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from .conv_generic_pack import dot, floor_div, imax, imin, nest, positive, strided_sum, when
 from .gemm_pack import _transpose, c64, declare_intrinsic, define_function, gep, load, loop, splat, store
 from .values import F32, F64, I1, I32, I64
 
@@ -67,115 +67,6 @@ class GenericConv:
         names += [f"outer{k}" for k in range(self.outer)]
         names += [f"row_c{k}" for k in range(len(self.row_guards))]
         return names + [f"col_c{k}" for k in range(len(self.col_guards))]
-
-
-def _counted(b: ir.IRBuilder, count: ir.Value, carried: list, body: Callable, name: str) -> list:
-    """`for i in range(count)` with a run-time count ≥ 1 and values carried around the loop."""
-    pre = b.block
-    head = b.append_basic_block(f"{name}.loop")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name=name)
-    phis = [b.phi(v.type) for v in carried]
-    i.add_incoming(c64(0), pre)
-    for p, v in zip(phis, carried):
-        p.add_incoming(v, pre)
-    out = body(i, phis)
-    nxt = b.add(i, c64(1), flags=["nsw"])
-    end = b.block
-    i.add_incoming(nxt, end)
-    for p, v in zip(phis, out):
-        p.add_incoming(v, end)
-    b.cbranch(b.icmp_signed("<", nxt, count), head, done)
-    b.position_at_end(done)
-    return out
-
-
-def _nest(b: ir.IRBuilder, counts: list, carried: list, body: Callable, ivs=()) -> list:
-    if not counts:
-        return body(ivs, carried)
-    return _counted(
-        b, counts[0], carried, lambda i, vals: _nest(b, counts[1:], vals, body, (*ivs, i)), f"g{len(ivs)}"
-    )
-
-
-def _when(b: ir.IRBuilder, cond: ir.Value, emit: Callable[[], None], name: str) -> None:
-    """`if (cond) emit()`."""
-    then = b.append_basic_block(f"{name}.then")
-    done = b.append_basic_block(f"{name}.done")
-    b.cbranch(cond, then, done)
-    b.position_at_end(then)
-    emit()
-    b.branch(done)
-    b.position_at_end(done)
-
-
-def _dot(b: ir.IRBuilder, values, coeffs) -> ir.Value:
-    total = c64(0)
-    for v, c in zip(values, coeffs):
-        if c:
-            total = b.add(total, b.mul(v, c64(c)))
-    return total
-
-
-def _positive(b: ir.IRBuilder, values: list) -> ir.Value:
-    ok = ir.Constant(I1, 1)
-    for v in values:
-        ok = b.and_(ok, b.icmp_signed(">", v, c64(0)))
-    return ok
-
-
-def define_generic_pack(module: ir.Module, name: str, itemsize: int, taps: int, groups: int) -> ir.Function:
-    """`pack(w, wp, F, wt_f, U, wt_u, T.., wt_t.., G.., wt_g..)`: wp[groups][fb][taps][u][lane] =
-    w[groups, f = fb·lanes + lane, taps, u], 0 past the last f; nothing when a count is not
-    positive or wp is null (its allocation failed: the call reports it)."""
-    t = F32 if itemsize == 4 else F64
-    lanes = 64 // itemsize
-    names = ["F", "wt_f", "U", "wt_u", *(f"T{k}" for k in range(taps)), *(f"wt_t{k}" for k in range(taps))]
-    names += [*(f"G{k}" for k in range(groups)), *(f"wt_g{k}" for k in range(groups))]
-    tp = t.as_pointer()
-    fn = define_function(module, name, ir.VoidType(), [tp, tp] + [I64] * len(names), ["w", "wp", *names])
-    w, wp, nf, wt_f, nu, wt_u, *rest = fn.args
-    counts_t, wt_t = rest[:taps], rest[taps : 2 * taps]
-    counts_g, wt_g = rest[2 * taps : 2 * taps + groups], rest[2 * taps + groups :]
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    fblocks = b.sdiv(b.add(nf, c64(lanes - 1)), c64(lanes))
-    counts = [*counts_g, fblocks, *counts_t, nu]
-    work = b.append_basic_block("work")
-    done = b.append_basic_block("done")
-    live = b.icmp_unsigned("!=", b.ptrtoint(wp, I64), c64(0))
-    b.cbranch(b.and_(live, _positive(b, [nf, nu, *counts_t, *counts_g])), work, done)
-    b.position_at_end(work)
-
-    def body(ivs, _):
-        gs, (fb, *ts, u) = ivs[:groups], ivs[groups:]
-        dst = c64(0)
-        for i, count in zip(ivs, counts):
-            dst = b.add(b.mul(dst, count), i)
-        dst = b.mul(dst, c64(lanes))
-        base = b.add(b.add(_sum(b, gs, wt_g), _sum(b, ts, wt_t)), b.mul(u, wt_u))
-        f0 = b.mul(fb, c64(lanes))
-        for lane in range(lanes):  # constant lanes: straight-line stores into one vector
-            f = b.add(f0, c64(lane))
-            inside = b.icmp_signed("<", f, nf)
-            src = b.select(inside, b.add(base, b.mul(f, wt_f)), c64(0))  # padding lanes read w[0]
-            value = b.select(inside, load(b, gep(b, w, src), itemsize), ir.Constant(t, 0.0))
-            store(b, value, gep(b, wp, b.add(dst, c64(lane))), itemsize)
-        return []
-
-    _nest(b, counts, [], body)
-    b.branch(done)
-    b.position_at_end(done)
-    b.ret_void()
-    return fn
-
-
-def _sum(b: ir.IRBuilder, ivs, strides) -> ir.Value:
-    total = c64(0)
-    for i, s in zip(ivs, strides):
-        total = b.add(total, b.mul(i, s))
-    return total
 
 
 class _Kernel:
@@ -329,7 +220,7 @@ class _Kernel:
                 x = b.extract_element(acc, ir.Constant(I32, r))
                 at = b.add(b.mul(c64(r), out_f), b.mul(c64(j), out_x))
                 inside = b.and_(b.icmp_signed("<", c64(r), fvalid), self._pos_ok(b, j, n))
-                _when(b, inside, lambda x=x, at=at: store(b, x, gep(b, o0, at), g.itemsize), "st")
+                when(b, inside, lambda x=x, at=at: store(b, x, gep(b, o0, at), g.itemsize), "st")
 
     # ------------------------------------------------------------------ one block
 
@@ -353,7 +244,7 @@ class _Kernel:
         # block k's filter, from the first block's (a block past the last channel block reads
         # the last one's: its sums are never stored)
         last = b.sub(self.fblocks, c64(1))
-        deltas = [b.mul(b.sub(_imin(b, fb, last), fbs[0][0]), per_block) for fb, _ in fbs]
+        deltas = [b.mul(b.sub(imin(b, fb, last), fbs[0][0]), per_block) for fb, _ in fbs]
         # products (position j, window tap u) grouped by the input element they read (and, when
         # guarded, by their guards' values, so that a group is inside or outside as one)
         groups: dict[tuple, list[tuple[int, int]]] = {}
@@ -386,7 +277,7 @@ class _Kernel:
         vp = self.vty.as_pointer()
 
         def accumulate(ivs, wp, acc):
-            i = b.gep(i0, [_sum(b, ivs, self.in_taps)])  # not inbounds: i0 may lie in the padding
+            i = b.gep(i0, [strided_sum(b, ivs, self.in_taps)])  # not inbounds: i0 may lie in the padding
             weights = [
                 [
                     load(
@@ -416,7 +307,7 @@ class _Kernel:
                 return [nxt, *accumulate(ivs, wp, acc)]
             inside = ir.Constant(I1, 1)
             for (oc, tc), c in zip(g.row_guards, self.row_c):
-                value = b.add(_dot(b, self.outer, oc), b.add(_dot(b, ivs, tc), c))
+                value = b.add(dot(b, self.outer, oc), b.add(dot(b, ivs, tc), c))
                 inside = b.and_(inside, b.icmp_signed(">=", value, c64(0)))
             pre = b.block
             then = b.append_basic_block("tap")
@@ -436,14 +327,14 @@ class _Kernel:
             return out
 
         if not self.overwrite:  # the kernel runs only with every tap count positive
-            accs = _nest(b, self.counts, [wp0, *accs], step)[1:]
+            accs = nest(b, self.counts, [wp0, *accs], step)[1:]
         else:  # O = Σ I·W: zero where there are no taps
             pre = b.block
             run = b.append_basic_block("taps")
             joined = b.append_basic_block("taps.done")
             b.cbranch(self.taps_ok, run, joined)
             b.position_at_end(run)
-            sums = _nest(b, self.counts, [wp0, *accs], step)[1:]
+            sums = nest(b, self.counts, [wp0, *accs], step)[1:]
             end = b.block
             b.branch(joined)
             b.position_at_end(joined)
@@ -468,28 +359,13 @@ class _Kernel:
                 tap = b.sub(self.counts[-1], c64(1)) if g.looped_u else c64(g.window - 1)
                 low = b.add(low, b.mul(tap, c64(cu)))
             if cx > 0:  # x ≥ ⌈-low / cx⌉
-                xa = _imax(b, xa, _floor_div(b, b.add(b.sub(c64(0), low), c64(cx - 1)), cx))
+                xa = imax(b, xa, floor_div(b, b.add(b.sub(c64(0), low), c64(cx - 1)), cx))
             elif cx < 0:  # x ≤ ⌊low / -cx⌋
-                xe = _imin(b, xe, b.add(_floor_div(b, low, -cx), c64(1)))
+                xe = imin(b, xe, b.add(floor_div(b, low, -cx), c64(1)))
             else:  # no position, or every one
                 xa = b.select(b.icmp_signed("<", low, c64(0)), nx, xa)
-        xa = _imin(b, xa, nx)
-        return xa, _imax(b, xe, xa)
-
-
-def _imin(b: ir.IRBuilder, x, y) -> ir.Value:
-    return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-def _imax(b: ir.IRBuilder, x, y) -> ir.Value:
-    return b.select(b.icmp_signed(">", x, y), x, y)
-
-
-def _floor_div(b: ir.IRBuilder, a, d: int) -> ir.Value:
-    """⌊a / d⌋ for a constant d > 0 (sdiv truncates towards zero)."""
-    q = b.sdiv(a, c64(d))
-    below = b.and_(b.icmp_signed("<", a, c64(0)), b.icmp_signed("!=", b.srem(a, c64(d)), c64(0)))
-    return b.sub(q, b.zext(below, I64))
+        xa = imin(b, xa, nx)
+        return xa, imax(b, xe, xa)
 
 
 def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite: bool = False) -> ir.Function:
@@ -512,9 +388,9 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
     work = b.append_basic_block("work")
     done = b.append_basic_block("done")
     # storing O (its zeroing folded in) with no taps still stores zeros
-    b.cbranch(_positive(b, [nf, nx, *(() if overwrite else k.counts)]), work, done)
+    b.cbranch(positive(b, [nf, nx, *(() if overwrite else k.counts)]), work, done)
     b.position_at_end(work)
-    k.taps_ok = _positive(b, k.counts)
+    k.taps_ok = positive(b, k.counts)
     taps = c64(1)
     for count in k.counts:
         taps = b.mul(taps, count)
@@ -556,7 +432,7 @@ def define_generic_conv(module: ir.Module, name: str, g: GenericConv, overwrite:
                 with loop(b, 0, runs, name=f"fr{width}") as run:
                     first = b.mul(run, c64(together))
                     fbs = [channel(b.add(first, c64(n))) for n in range(together)]
-                    k.block(b, fbs, xp, width, guarded, per_block, _imin(b, left, c64(width)))
+                    k.block(b, fbs, xp, width, guarded, per_block, imin(b, left, c64(width)))
 
         width = lanes // 2
         while width:

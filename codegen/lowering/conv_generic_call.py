@@ -20,7 +20,8 @@ from polyhedral.convolution import GENERIC_WINDOWS, ConvPlan
 from polyhedral.sizes import isl_param_name
 
 from ..emit import values as V
-from ..emit.conv_generic import GenericConv, define_generic_conv, define_generic_pack
+from ..emit.conv_generic import GenericConv, define_generic_conv
+from ..emit.conv_generic_pack import define_generic_pack
 from ..planning.plan import Extent
 from .abi import require
 from .status import ERROR_MEMORY
