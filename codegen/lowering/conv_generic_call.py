@@ -106,10 +106,9 @@ def _prepare(state, conv: ConvPlan, t: ll.Type) -> _Prepared:
     lanes = conv.lanes
     window = trips[conv.u] if conv.u is not None else _c(1)
     elements = b.mul(b.sdiv(b.add(trips[conv.f], _c(lanes - 1)), _c(lanes)), _c(lanes))
-    for v in (*conv.taps, *(g for g, _ in conv.groups)):
-        elements = b.mul(elements, trips[v])
-    elements = b.mul(elements, window)
-    # a negative count packs nothing (the pack and the kernel test every count)
+    for count in (*(trips[v] for v in (*conv.taps, *(g for g, _ in conv.groups))), window):
+        # a count below zero is an empty range: nothing to pack (the pack tests every count)
+        elements = b.mul(elements, b.select(b.icmp_signed("<", count, _c(0)), _c(0), count))
     elements = b.select(b.icmp_signed("<", elements, _c(0)), _c(0), elements)
     nbytes = b.add(b.mul(elements, _c(conv.itemsize)), _c(64))
     module = state.module
