@@ -45,11 +45,11 @@ class RowVectorLowering(LoweringState):
 
     def row_plan(self, node: isl.AstNode, name: str) -> RowPlan | None:
         """The RowPlan of an innermost loop `node` whose body is one statement instance, or
-        None (vectorisation off, a GPU module, a GEMM/convolution call, checked subscripts...)."""
+        None (vectorisation off, a CUDA module, a GEMM/convolution call, checked subscripts...)."""
         body = node.for_get_body()
         if body.get_type() != isl.ast_node_type.user or not self.plan.vectorize:
             return None
-        if "nvptx" in str(self.module.triple):
+        if not self.pads_rows():  # a CUDA module (or its emulation): CPU code only
             return None
         leaf = self.ast.leaves[body.get_annotation().get_name()]
         stmt = self.scop.statement(leaf.statement)

@@ -94,6 +94,11 @@ class StatementLowering(LoweringState):
             offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
         return b.gep(self.pointers[tensor], [offset], inbounds=True)
 
+    def pads_rows(self) -> bool:
+        """Whether folded temporaries' rows are padded to their pitch: a CPU storage decision
+        (the CUDA runtime, and its emulation on the host, allocate them unpadded)."""
+        return "nvptx" not in str(self.module.triple) and not getattr(self, "emulate", False)
+
     def element_strides(self, tensor: str) -> list[ll.Value]:
         """The stride in elements of each (logical) dimension of `tensor`'s storage: row-major,
         in the storage order of a relayout if it has one, 0 along a contracted dimension, and
@@ -113,7 +118,7 @@ class StatementLowering(LoweringState):
             extent = self.extent(tensor, d)
             if fold is not None and d == fold.dim:
                 extent = ll.Constant(V.I64, fold.modulus)
-            elif fold is not None and fold.pitch is not None and d == rank - 1:
+            elif fold is not None and fold.pitch is not None and d == rank - 1 and self.pads_rows():
                 extent = ll.Constant(V.I64, fold.pitch)  # rows padded to a whole cache line
             running = b.mul(running, extent, flags=["nsw"])
         return strides
