@@ -341,3 +341,37 @@ def test_corpus_convolutions_generic(threads):
         for out_name, actual, want in zip(case["outputs"], results, expected):
             assert_close(actual, want, f"{name}:{out_name}")
     assert ran >= 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_padded_random_sizes_match_numpy(dtype):
+    """One generic padded kernel over random sizes (windows 1-7, channels 1-40, images narrower
+    than the window's reach): NumPy on the zero-padded input as the reference."""
+    src = PADDED if dtype == np.float32 else PADDED.replace("float(", "double(")
+    k = generic(src, 2)
+    rng = np.random.default_rng(31)
+    for _ in range(12):
+        n, c, h, w = (int(v) for v in rng.integers(1, (3, 12, 20, 41)))
+        f, kh, kw = (int(v) for v in rng.integers(1, (41, 8, 8)))
+        x, wt = _args(rng, [(n, c, h, w), (f, c, kh, kw)], dtype)
+        padded = np.pad(x, ((0, 0), (0, 0), (1, max(1, kh - 2)), (1, max(1, kw - 2))))
+        want = conv_np(padded, wt)[:, :, :h, :w]
+        _close(k(x, wt), want, dtype)
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "strided"])
+def test_random_sizes_match_numpy(layout):
+    """One generic kernel per layout over random sizes (windows 1-7, channels 1-40)."""
+    k = generic(NHWC if layout == "nhwc" else STRIDED, 2)
+    rng = np.random.default_rng(37)
+    for _ in range(12):
+        n, c, f = (int(v) for v in rng.integers(1, (3, 12, 41)))
+        kh, kw = (int(v) for v in rng.integers(1, 8, size=2))
+        h, w = kh + int(rng.integers(0, 20)), kw + int(rng.integers(0, 40))
+        x, wt = _args(rng, [(n, c, h, w), (f, c, kh, kw)])
+        want = conv_np(x, wt)
+        if layout == "nhwc":
+            got = k(x.transpose(0, 2, 3, 1).copy(), wt.transpose(2, 3, 1, 0).copy()).transpose(0, 3, 1, 2)
+        else:
+            got, want = k(x, wt), want[:, :, ::2, ::2]
+        _close(got, want)
