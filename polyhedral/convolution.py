@@ -88,15 +88,13 @@ class ConvPlan:
     # group variables (in the output, the filter and the input; looped outside the call) and
     # their trip counts: the filter is packed per group
     groups: tuple[tuple[str, Size], ...] = ()
+    # planned without sizes (the generic kernel): first values, trip counts and guard constants
+    # are size expressions (or constants of the source) that the kernel evaluates at run time
+    generic: bool = False
 
     @property
     def lanes(self) -> int:
         return VECTOR_BYTES // self.itemsize
-
-    @property
-    def generic(self) -> bool:
-        """Planned without sizes: its trip counts are size expressions, known at run time."""
-        return any(not isinstance(n, int) for _, n in (*self.extent, *self.lo, *self.groups))
 
     def trips(self, var: str | None) -> int:
         return 1 if var is None else dict(self.extent)[var]
@@ -258,6 +256,7 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] |
     found = _match(stmt, out, a, b, extent, lo) or _match(stmt, out, b, a, extent, lo)
     if found is None or scop.program.tensor(found.wt.tensor).role != "input":
         return None  # the filter is packed before the phase's loops: it must not change in a call
+    found = replace(found, generic=sizes is None)
     if found.packed_bytes > MAX_PACKED_BYTES:
         return None  # one copy per thread: the GEMM path copies less
     if guard is None:

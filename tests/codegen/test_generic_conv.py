@@ -375,3 +375,20 @@ def test_random_sizes_match_numpy(layout):
         else:
             got, want = k(x, wt), want[:, :, ::2, ::2]
         _close(got, want)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        "def conv(float(1,8,12,20) I, float(16,8,3,3) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }",
+        "def conv(float(N,8,H,W) I, float(16,8,3,3) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }",
+    ],
+    ids=["all-constant", "constant-filter"],
+)
+def test_constant_shapes(src):
+    """Extents that are constants of the source: still the generic kernel's code (its sizes are
+    arguments whatever they are), planned with the tests those constants allow."""
+    x, w = _args(np.random.default_rng(8), [(1, 8, 12, 20), (16, 8, 3, 3)])
+    k = generic(src)
+    assert "sized at run time" in _generic_plan(k)
+    _close(k(x, w), conv_np(x, w))
