@@ -43,18 +43,20 @@ SLOT_SHARED = SLOT_SLEEPS + 8  # i64: pieces the worker found itself on the call
 SLOT_ERROR = 256  # i64[4]: the piece's error record (the entry's `error` argument points here)
 SLOT_PEERS = 288  # i64: the address of the dispatch's first slot (stealing)
 SLOT_NPEERS = 296  # i64: the dispatch's slots, whose untaken ranges this piece may run; 0: none
-SLOT_POSTED = 304  # i64: time-stamp counter when the caller posted the piece
-SLOT_STARTED = 312  # i64: time-stamp counter when the worker began it (the caller reads the lag)
 SLOT_OWN_COUNTER = 320  # i64: the counter of the slot's own list
 SLOT_LIST = 384  # i64 pairs: the slot's own list of [lo, hi) ranges
 SLOT_BYTES = 1024
 SLOT_PAIRS = (SLOT_BYTES - SLOT_LIST) // 16
 ARG_LO, ARG_HI = 4, 5  # the entry's arguments replaced by each range
 
-# a worker spins this long (time-stamp counter cycles, ~0.3 ms at 3 GHz) for its next piece
-# before it sleeps; past PAUSE_CYCLES (~15 µs) it yields its core between looks (to the caller,
-# when the scheduler put both on one core). A waiting caller pauses 2 * PAUSE_CYCLES, then sleeps
-SPIN_CYCLES = 1_000_000
+# a worker spins (`pause`) this long (time-stamp counter cycles, ~50 µs at 3 GHz: the Python
+# between back-to-back calls) for its next piece, then sleeps in the futex. It does not yield
+# meanwhile: a thread that sleeps and is woken gets the core back at once (the scheduler's
+# wake-up preemption), while one that keeps yielding waits out whoever shares its core — another
+# process, or OpenBLAS's threads, which spin for ~0.1 s after each call: after a NumPy matmul on
+# 2 threads, a yielding worker made 0.2 ms calls take 8-12 ms. A waiting caller pauses
+# 2 * PAUSE_CYCLES, then sleeps.
+SPIN_CYCLES = 150_000
 PAUSE_CYCLES = 50_000
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 WAKE_ALL = 2**31 - 1
@@ -197,8 +199,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     post = define_function(module, POST, ir.VoidType(), [I8P, I64], ["slot", "seq"], linkage="external")
     b = ir.IRBuilder(post.append_basic_block("entry"))
     slot, seq = post.args
-    clock = declare_intrinsic(module, "llvm.readcyclecounter", I64, [])
-    b.store(b.call(clock, []), _word(b, slot, SLOT_POSTED))
     word = _word(b, slot, SLOT_SEQ)
     b.store_atomic(seq, word, "seq_cst", 8)
     _futex(module, b, futex_nr, word, FUTEX_WAKE_PRIVATE, c64(1), ir.Constant(I8P, None))
@@ -234,14 +234,12 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     # the last generation done when the thread was made (the caller may post the next one
     # before the new thread first looks at SLOT_SEQ)
     first = b.load_atomic(done_word, "acquire", 8)
-    slept = b.alloca(I32)
     head = b.append_basic_block("idle")
     b.branch(head)
     b.position_at_end(head)
     last = b.phi(I64, name="last")
     last.add_incoming(first, entry)
-    b.store(ir.Constant(I32, 0), slept)
-    seen = _spin_until(module, b, seq_word, last, SPIN_CYCLES, x86, until_ge=False)
+    seen = _spin_until(module, b, seq_word, last, SPIN_CYCLES, x86, until_ge=False, polite=False)
     posted = b.append_basic_block("posted")
     sleep = b.append_basic_block("sleep")
     b.cbranch(b.icmp_signed("!=", seen, last), posted, sleep)
@@ -249,7 +247,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     sleeps = _word(b, slot, SLOT_SLEEPS)
     b.store(b.add(b.load(sleeps), c64(1)), sleeps)
     _futex(module, b, futex_nr, seq_word, FUTEX_WAIT_PRIVATE, last, ir.Constant(I8P, None))
-    b.store(ir.Constant(I32, 1), slept)
     recheck = b.load_atomic(seq_word, "acquire", 8)
     b.cbranch(b.icmp_signed("!=", recheck, last), posted, sleep)
     b.position_at_end(posted)
@@ -258,11 +255,6 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     work = b.append_basic_block("work")
     b.cbranch(b.icmp_signed("<", now, c64(0)), leave, work)
     b.position_at_end(work)
-    # when it began, for the caller's lag: a spinning worker that starts late had no core; a
-    # sleeping one's wake-up is not counted (it slept because no call came: a cold start)
-    began = b.call(declare_intrinsic(module, "llvm.readcyclecounter", I64, []), [])
-    woken = b.icmp_signed("!=", b.load(slept), ir.Constant(I32, 0))
-    b.store(b.select(woken, b.load(_word(b, slot, SLOT_POSTED)), began), _word(b, slot, SLOT_STARTED))
     # a worker woken from its sleep is often put on the core of the thread that woke it (and a
     # busy machine's balancing may move a spinning one there), which runs a piece too: move to
     # another core first (the caller wrote its core); SLOT_SHARED counts it

@@ -5,7 +5,7 @@ thread that must take the GIL, a future to wait on. Here each worker is a pthrea
 `tl_worker_main` (emit/workers.py) on a slot of its own; the caller writes a piece's job into a
 slot, posts it (an atomic store and a futex wake), runs its own piece through `tl_worker_run`
 (ctypes releases the GIL), then waits in `tl_worker_wait` steps of POLL_NS, so that Python runs
-signal handlers between them. A worker that finished spins about 0.3 ms for its next piece before
+signal handlers between them. A worker that finished spins about 50 µs for its next piece before
 it sleeps, so back-to-back calls cost no wake-up.
 
 One call uses the workers at a time (`acquire` is non-blocking: a second Python thread's call
@@ -23,7 +23,6 @@ import os
 import platform
 import sys
 import threading
-import time
 
 import numpy as np
 
@@ -40,10 +39,8 @@ from ..emit.workers import (
     SLOT_OWN_COUNTER,
     SLOT_PAIRS,
     SLOT_PEERS,
-    SLOT_POSTED,
     SLOT_RANGES,
     SLOT_SEQ,
-    SLOT_STARTED,
     WAIT,
     WORKER,
 )
@@ -192,11 +189,6 @@ class Pool:
     def code_of(self, i: int) -> int:
         return self.all_words.view(np.int32)[(self.word_base(i) * _W + SLOT_CODE) // 4]
 
-    def lag(self, i: int) -> int:
-        """Time-stamp cycles between posting slot i's piece and its worker beginning it."""
-        base = self.word_base(i)
-        return int(self.all_words[base + SLOT_STARTED // _W]) - int(self.all_words[base + SLOT_POSTED // _W])
-
     def entry_address(self, entry) -> int:
         """The machine address of a kernel entry (a ctypes function), remembered per entry."""
         known = self._entries.get(id(entry))
@@ -343,35 +335,11 @@ def run(
         _cancel(pool, posted)
         raise
     codes += [int(pool.code_of(slot)) for slot, _ in posted]
-    _note_lag(max((pool.lag(slot) for slot, _ in posted), default=0))
     failed = [(code, slot) for code, slot in zip(codes, range(offset, len(pieces) + offset)) if code]
     for code, slot in sorted(failed, key=lambda f: f[0] == ERROR_CANCELLED):
         base = pool.word_base(slot) + SLOT_ERROR // _W
         return code, words[base : base + 4].copy()
     return 0, None
-
-
-# A worker that was spinning for work (not asleep) and began its piece LATE_CYCLES (~0.6 ms) or
-# more after the post had no core of its own (this machine's other processes, or another
-# library's spinning threads: OpenBLAS spins for ~0.1 s after each call), and a thread that holds
-# part of a call without a core holds the call up for a time slice (milliseconds). Calls then run on one thread for REST_S, doubling (up to
-# REST_MAX_S) while workers keep starting late, and back to threads after a prompt start.
-LATE_CYCLES = 2_000_000
-REST_S, REST_MAX_S = 0.02, 0.32
-_rest = {"until": 0.0, "next": REST_S}
-
-
-def _note_lag(cycles: int) -> None:
-    if cycles >= LATE_CYCLES:
-        _rest["until"] = time.monotonic() + _rest["next"]
-        _rest["next"] = min(2 * _rest["next"], REST_MAX_S)
-    else:
-        _rest["next"] = REST_S
-
-
-def resting() -> bool:
-    """Whether split phases run on the calling thread for now (workers recently started late)."""
-    return _rest["until"] > 0.0 and time.monotonic() < _rest["until"]
 
 
 def _cancel(pool: Pool, posted: list[tuple[int, int]]) -> None:

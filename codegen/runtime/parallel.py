@@ -388,7 +388,7 @@ def _run_phases(
         sum(p.work for p in plans) >= WATCHED_WORK and threading.current_thread() is threading.main_thread()
     )
     watch: _Watch | None = None
-    whole_call = None if native_pool.resting() else _whole_call(plans, threads)
+    whole_call = _whole_call(plans, threads)
     if whole_call is not None:  # one dispatch: phase len(plans) runs them all (lowering/whole.py)
         plans = (PhasePlan(len(plans), None, sum(p.work for p in plans), team=True, barriers=len(plans)),)
     for plan in plans:
@@ -399,7 +399,7 @@ def _run_phases(
         if whole_call is not None:
             team, busy = whole_call
             pieces = [(team[1], t) for t in range(threads)]
-        elif threads > 1 and plan.work >= MIN_PARALLEL_WORK and not native_pool.resting():
+        elif threads > 1 and plan.work >= MIN_PARALLEL_WORK:
             if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
                 if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
                     busy = _team_busy

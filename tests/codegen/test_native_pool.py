@@ -19,14 +19,6 @@ pytestmark = pytest.mark.skipif(
     native_pool._supported() is None, reason="native workers: Linux x86-64/AArch64"
 )
 
-
-@pytest.fixture(autouse=True)
-def _never_resting(monkeypatch):
-    """These tests check what runs on the workers: no rest after a late start on a busy machine."""
-    monkeypatch.setattr(native_pool, "LATE_CYCLES", 2**62)
-    monkeypatch.setitem(native_pool._rest, "until", 0.0)
-
-
 MM = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 BMM = "def b(float(B, M, K) X, float(B, K, N) Y) -> (Z) { Z(b, m, n) +=! X(b, m, k) * Y(b, k, n) }"
 CONV = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }"
@@ -197,24 +189,3 @@ def test_a_piece_whose_worker_never_starts_is_taken_by_the_caller(steal, monkeyp
         np.testing.assert_array_equal(out[500:], (a + c)[500:])
     else:
         assert (out[500:] == -7.0).all()
-
-
-def test_after_a_late_start_calls_rest_on_one_thread_then_use_the_workers_again(monkeypatch):
-    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
-    monkeypatch.setattr(native_pool, "LATE_CYCLES", 0)  # any start is late
-    monkeypatch.setattr(native_pool, "REST_S", 30.0)
-    monkeypatch.setitem(native_pool._rest, "next", 30.0)
-    A, B = _inputs([(61, 67), (67, 71)])
-    k = tl.compile(MM, options=tl.Options(threads=2))
-    want = tl.compile(MM, options=tl.Options(threads=1))(A, B)
-    np.testing.assert_array_equal(k(A, B), want)  # on the workers; its worker counts as late
-    assert native_pool.resting()
-    seq = native_pool._pool.seq
-    for _ in range(3):
-        np.testing.assert_array_equal(k(A, B), want)
-    assert native_pool._pool.seq == seq  # resting: nothing posted
-    monkeypatch.setitem(native_pool._rest, "until", 0.0)
-    monkeypatch.setattr(native_pool, "LATE_CYCLES", 2**62)
-    np.testing.assert_array_equal(k(A, B), want)
-    assert native_pool._pool.seq > seq and not native_pool.resting()
-    assert native_pool._rest["next"] == native_pool.REST_S  # a prompt start resets the rest
