@@ -294,8 +294,8 @@ def run(
     the call's cancel word and returns only once no worker runs a piece (then re-raises).
     `cpu`: the caller's core (a worker woken onto it moves off). `steal`: a piece that finished
     its own ranges takes the others' untaken ones (not for teams, whose pieces must run at once,
-    one per thread). Per-call state lives in the
-    pool's own memory (no array is made for a call whose lists fit the slots)."""
+    one per thread). Per-call state lives in the pool's own memory (no array is made for a call
+    whose lists fit the slots)."""
     address = pool.entry_address(entry)
     words = pool.all_words
     words[CANCEL_WORD] = 0  # i32 cancel word and padding: one i64
