@@ -5,12 +5,15 @@ Jacobi's `0.2 * (B[j] + U[j] + D[j] + B[j-1] + B[j+1])` vectorised by LLVM loads
 crossing two cache lines each: on an AVX-512 core that is what bounds the loop. Here each read
 group (row_analysis.ReadGroup) is loaded once per block of lanes, at the addresses the aligned
 store implies, and its shifted values are `shufflevector`s of consecutive loads (one `valignd`),
-the previous block's load carried in a register. The row runs in three parts on one grid of
-blocks aligned to the store's address: masked blocks up to where every unmasked load stays
-within the elements the scalar loop reads, unmasked blocks, masked blocks to the end. No load
-touches an element the scalar loop would not read (masked lanes are not accessed), every lane
-computes the scalar expression in its order (no reassociation), and each block reads before
-it stores (row_analysis proves that keeps the loop's order). Short rows run the scalar loop.
+the previous block's load carried in a register. The row runs on one grid of blocks aligned to
+the store's address: a block with a masked store before the first aligned one, unmasked blocks
+(two per iteration), blocks with masked stores to the end (one masked block's code serves both
+ends). Loads are never masked: a row runs as vectors only where every vector its blocks load
+lies inside its tensor's allocation (all but a tensor's first and last rows; those, and rows
+shorter than two blocks, run the scalar loop), so nothing is read out of bounds and nothing
+outside the row written. Every lane computes the scalar expression in its order (no
+reassociation), and each block reads before it stores (row_analysis proves that this keeps the
+loop's order).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ def vector_lanes(bits: int | None, element_bytes: int) -> int:
 
 
 #: blocks per iteration of the unmasked loop
-STEADY_UNROLL = 4
+STEADY_UNROLL = 2
 
 
 class RowVectorLowering(LoweringState):
@@ -90,11 +93,23 @@ class RowVectorLowering(LoweringState):
         dtype = self.program.tensor(st.tensor).dtype
         lanes = vector_lanes(self.plan.vector_width, dtype.storage_bytes)
         n = b.sub(end, init, flags=["nsw"])
-        with b.if_else(b.icmp_signed(">=", n, ll.Constant(V.I64, 2 * lanes))) as (vector, scalar):
-            with vector:
-                _RowEmitter(self, leaf, st, dtype, lanes, row, env, name, init, n).emit()
-            with scalar:
-                self.emit_plain_for(node, name, init, env, end)
+        check = b.append_basic_block("row.check")
+        vector = b.append_basic_block("row.vector")
+        scalar = b.append_basic_block("row.scalar")
+        done = b.append_basic_block("row.done")
+        b.cbranch(b.icmp_signed(">=", n, ll.Constant(V.I64, 2 * lanes)), check, scalar)
+        b.position_at_end(check)  # the row runs: the addresses of its first iteration are real
+        rows = _RowEmitter(self, leaf, st, dtype, lanes, row, env, name, init, n)
+        head = rows.head_block()
+        # a tensor's first or last row, where a block's vector may leave the allocation: scalar
+        b.cbranch(rows.inside_allocations(head), vector, scalar)
+        b.position_at_end(vector)
+        rows.emit(head)
+        b.branch(done)
+        b.position_at_end(scalar)
+        self.emit_plain_for(node, name, init, env, end)
+        b.branch(done)
+        b.position_at_end(done)
 
 
 class _RowEmitter:
@@ -118,24 +133,16 @@ class _RowEmitter:
         for g in row.groups:
             rep = low.address(g.tensor, g.rep.indices, g.rep)
             self.gptr.append(b.gep(rep, [ll.Constant(V.I64, -g.rep_offset)]))
-        self.invariant = {
-            r: self.splat(V.load_element(b, low.address(r.tensor, r.indices, r), dtype))
-            for r in row.invariant
-        }
+        self.invariant: dict[ir.Read, ll.Value] = {}
         mty = ll.VectorType(V.I1, lanes)
         suffix = f"v{lanes}{'f32' if self.esize == 4 else 'f64'}"
-        self.mload = _declare(
-            low.module,
-            f"llvm.masked.load.{suffix}.p0",
-            self.vty,
-            [self.vty.as_pointer(), V.I32, mty, self.vty],
-        )
         self.mstore = _declare(
             low.module,
             f"llvm.masked.store.{suffix}.p0",
             ll.VoidType(),
             [self.vty, self.vty.as_pointer(), V.I32, mty],
         )
+        self.dtype = dtype
 
     # ------------------------------------------------------------------ pieces
 
@@ -170,18 +177,10 @@ class _RowEmitter:
         bits = b.trunc(b.and_(below_hi, b.not_(below_lo)), ll.IntType(lanes))
         return b.bitcast(bits, ll.VectorType(V.I1, lanes))
 
-    def load_group(self, g: int, d: ll.Value, m: int, masked: bool) -> ll.Value:
+    def load_group(self, g: int, d: ll.Value, m: int) -> ll.Value:
         """Vector m (in blocks from the group's offset 0) of group g at block start js + d."""
-        b = self.b
-        off = b.add(d, self.c(m * self.lanes))
-        ptr = self.vptr(self.gptr[g], off)
-        if not masked:
-            return b.load(ptr, align=self.esize)
-        group = self.row.groups[g]
-        lo, hi = min(group.offsets), max(group.offsets)
-        # the elements the scalar loop reads: offsets lo .. (n - 1) + hi from the first one
-        mask = self.lane_mask(b.sub(off, self.c(lo)), b.add(self.n, self.c(hi - lo)))
-        return b.call(self.mload, [ptr, ll.Constant(V.I32, self.esize), mask, ll.Constant(self.vty, None)])
+        off = self.b.add(d, self.c(m * self.lanes))
+        return self.b.load(self.vptr(self.gptr[g], off), align=self.esize)
 
     def shifted(self, vectors: dict[int, ll.Value], offset: int) -> ll.Value:
         q, r = divmod(offset, self.lanes)
@@ -220,14 +219,12 @@ class _RowEmitter:
                 return fn(self.value(x, reads), self.value(y, reads), flags=flags)
         raise NotImplementedError(f"row vector expression {e!r}")  # row_analysis.vectorisable
 
-    def block(self, d: ll.Value, masked_loads: bool) -> None:
-        """One block at js + d whose store is masked to the row, every vector loaded afresh
-        (masked to the elements the scalar loop reads, unless the row is known to lie inside
-        its tensors' allocations)."""
+    def block(self, d: ll.Value) -> None:
+        """One block at js + d whose store is masked to the row, every vector loaded afresh."""
         loaded = []
         for g, group in enumerate(self.row.groups):
             qlo, qhi = group.vector_range(self.lanes)
-            loaded.append({m: self.load_group(g, d, m, masked_loads) for m in range(qlo, qhi + 1)})
+            loaded.append({m: self.load_group(g, d, m) for m in range(qlo, qhi + 1)})
         self.store(d, self.compute(loaded), True)
 
     def store(self, d: ll.Value, value: ll.Value, masked: bool) -> None:
@@ -237,25 +234,6 @@ class _RowEmitter:
             b.call(self.mstore, [value, ptr, ll.Constant(V.I32, self.esize), self.lane_mask(d, self.n)])
         else:
             b.store(value, ptr, align=self.esize)
-
-    def masked_loop(self, start: ll.Value, limit: ll.Value, masked_loads: bool) -> ll.Value:
-        """for (d = start; d < limit; d += lanes) masked block; the d it leaves with."""
-        b = self.b
-        pre = b.block
-        header = b.append_basic_block("row.masked")
-        body = b.append_basic_block("row.masked.body")
-        done = b.append_basic_block("row.masked.done")
-        b.branch(header)
-        b.position_at_end(header)
-        d = b.phi(V.I64)
-        d.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", d, limit), body, done)
-        b.position_at_end(body)
-        self.block(d, masked_loads)
-        d.add_incoming(b.add(d, self.c(self.lanes)), b.block)
-        b.branch(header)
-        b.position_at_end(done)
-        return d
 
     def steady_loop(self, start: ll.Value, need_hi: int, unroll: int) -> ll.Value:
         """Unmasked blocks from `start`, `unroll` per iteration, while the last one's
@@ -273,8 +251,7 @@ class _RowEmitter:
         b.position_at_end(init)
         ranges = [g.vector_range(lanes) for g in self.row.groups]
         first = [
-            [self.load_group(g, start, m, False) for m in range(qlo, qhi)]
-            for g, (qlo, qhi) in enumerate(ranges)
+            [self.load_group(g, start, m) for m in range(qlo, qhi)] for g, (qlo, qhi) in enumerate(ranges)
         ]
         b.branch(header)
         b.position_at_end(header)
@@ -292,7 +269,7 @@ class _RowEmitter:
         for u in range(unroll):
             at = b.add(d, self.c(u * lanes), flags=["nsw"]) if u else d
             for g, (_, qhi) in enumerate(ranges):
-                current[g][qhi] = self.load_group(g, at, qhi, False)
+                current[g][qhi] = self.load_group(g, at, qhi)
             self.store(at, self.compute(current), False)
             current = [
                 {m - 1: v for m, v in vecs.items() if m > qlo} for vecs, (qlo, _) in zip(current, ranges)
@@ -344,33 +321,54 @@ class _RowEmitter:
         )
         return self.b.mul(low.element_strides(tensor)[outer], extent)
 
-    def emit(self) -> None:
+    def head_block(self) -> ll.Value:
+        """The first block's start (from js): the store's address aligned to a whole vector,
+        one block before the first aligned one when that is past js."""
         b, lanes = self.b, self.lanes
-        # first block: where the store's address is aligned to a whole vector
         addr = b.ptrtoint(self.wptr, V.I64)
-        shift = self.esize.bit_length() - 1
-        mis = b.and_(b.lshr(addr, self.c(shift)), self.c(lanes - 1))
-        a = b.and_(b.sub(self.c(lanes), mis), self.c(lanes - 1))  # aligned block start, from js
-        head = b.select(b.icmp_signed(">", a, self.c(0)), b.sub(a, self.c(lanes)), a)
-        with b.if_else(self.inside_allocations(head)) as (inside, edge):
-            with inside:  # loads anywhere in the row's blocks are safe: masks on the stores only
-                d = self.masked_loop(head, _smin(b, a, self.n), False)
-                d = self.steady_loop(d, lanes, STEADY_UNROLL)
-                d = self.steady_loop(d, lanes, 1)
-                self.masked_loop(d, self.n, False)
-            with edge:  # a tensor's first or last row: no load beyond what the scalar loop reads
-                # unmasked blocks need every load within the elements read: from below ...
-                need_lo = max(min(g.offsets) - lanes * g.vector_range(lanes)[0] for g in self.row.groups)
-                s = b.select(b.icmp_signed(">=", a, self.c(need_lo)), a, b.add(a, self.c(lanes)))
-                # ... and from above: block + need_hi <= n
-                need_hi = max(
-                    [lanes]
-                    + [lanes * (g.vector_range(lanes)[1] + 1) - max(g.offsets) for g in self.row.groups]
-                )
-                d = self.masked_loop(head, _smin(b, s, self.n), True)
-                d = self.steady_loop(d, need_hi, STEADY_UNROLL)
-                d = self.steady_loop(d, need_hi, 1)
-                self.masked_loop(d, self.n, True)
+        mis = b.and_(b.lshr(addr, self.c(self.esize.bit_length() - 1)), self.c(lanes - 1))
+        self.aligned = b.and_(b.sub(self.c(lanes), mis), self.c(lanes - 1))
+        return b.select(
+            b.icmp_signed(">", self.aligned, self.c(0)), b.sub(self.aligned, self.c(lanes)), self.aligned
+        )
+
+    def emit(self, head: ll.Value) -> None:
+        """Masked stores before the first aligned block, unmasked blocks while whole, masked
+        stores after; every load unmasked (inside_allocations holds)."""
+        b, lanes = self.b, self.lanes
+        self.invariant = {
+            r: self.splat(V.load_element(b, self.low.address(r.tensor, r.indices, r), self.dtype))
+            for r in self.row.invariant
+        }
+        # one masked block's code serves both ends: phase 0 runs the block before the first
+        # aligned one (if any), phase 1 the blocks after the unmasked loop
+        entry = b.block
+        header = b.append_basic_block("row.masked")
+        body = b.append_basic_block("row.masked.body")
+        after = b.append_basic_block("row.masked.done")
+        exit_ = b.append_basic_block("row.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        d = b.phi(V.I64)
+        tail = b.phi(V.I1)
+        d.add_incoming(head, entry)
+        tail.add_incoming(ll.Constant(V.I1, 0), entry)
+        limit = b.select(tail, self.n, _smin(b, self.aligned, self.n))
+        b.cbranch(b.icmp_signed("<", d, limit), body, after)
+        b.position_at_end(body)
+        self.block(d)
+        d.add_incoming(b.add(d, self.c(lanes)), b.block)
+        tail.add_incoming(tail, b.block)
+        b.branch(header)
+        b.position_at_end(after)
+        steady = b.append_basic_block("row.unmasked")
+        b.cbranch(tail, exit_, steady)
+        b.position_at_end(steady)
+        out = self.steady_loop(d, lanes, STEADY_UNROLL)
+        d.add_incoming(out, b.block)
+        tail.add_incoming(ll.Constant(V.I1, 1), b.block)
+        b.branch(header)
+        b.position_at_end(exit_)
 
 
 @functools.cache
