@@ -177,28 +177,51 @@ def _project(stmt: PolyStatement, plan: ContractionPlan) -> PolyStatement:
 
     One call runs at every point of the outer box, whatever the extents of m, n and k: a GEMM
     with an empty M or N does nothing, and one with an empty K adds nothing (or, storing C
-    because its zeroing was folded into it, zeroes C). So the projected domain keeps no condition
-    on them (else a generic kernel would hide the call, and every statement sharing its region,
-    behind `if (K >= 1)`: one phase the threads cannot split), and the write covers C's box at
-    every outer point (an over-approximated write, which kills nothing: dependences only grow)."""
-    inner = [stmt.index_vars.index(v) for v in (plan.m, plan.n, plan.k)]
-    k = stmt.index_vars.index(plan.k)
-    domain, outer = stmt.domain, stmt.domain
-    for pos in inner:
+    because its zeroing was folded into it, zeroes C): see `project_call`."""
+    return project_call(stmt, (plan.m, plan.n, plan.k), (plan.k,), plan.outer)
+
+
+def project_call(
+    stmt: PolyStatement, inner: Sequence[str], reduced: Sequence[str], outer: tuple[str, ...]
+) -> PolyStatement:
+    """The statement of a library call (a GEMM, a direct convolution) over its `outer` variables,
+    the call covering the `inner` ones, of which `reduced` are summed over.
+
+    The call runs at every outer point whatever the inner extents: with an empty output extent it
+    does nothing, with nothing to sum it adds nothing (or, storing because the zeroing was folded
+    into it, zeroes). So where the domain is a box (the inner variables' constraints apart from the
+    outer ones'), the projection keeps no condition on the inner extents: else a generic kernel
+    would hide the call, and every statement sharing its region, behind `if (K >= 1)`, one phase
+    the threads cannot split. The write then covers the output's box at every outer point (an
+    over-approximated write, which kills nothing: dependences only grow). Not a box: the exact
+    projection."""
+    positions = [stmt.index_vars.index(v) for v in inner]
+    domain, outer_part = stmt.domain, stmt.domain
+    for pos in positions:
         domain = domain.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
     for pos in range(len(stmt.index_vars)):
-        if pos not in inner:
-            outer = outer.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
-    if not domain.intersect(outer).is_equal(stmt.domain):
-        return project_onto_outer(stmt, (plan.m, plan.n, plan.k), plan.outer)  # not a box: keep it exact
+        if pos not in positions:
+            outer_part = outer_part.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
+    if not domain.intersect(outer_part).is_equal(stmt.domain):
+        return project_onto_outer(stmt, inner, outer)  # not a box: keep it exact
     write = stmt.write
-    relation = write.relation.drop_constraints_involving_dims(isl.dim_type.in_, k, 1)
+    relation = write.relation
+    for v in reduced:
+        relation = relation.drop_constraints_involving_dims(isl.dim_type.in_, stmt.index_vars.index(v), 1)
     widened = replace(
-        stmt,
-        domain=domain,
-        accesses=(replace(write, relation=relation, guard=domain), *stmt.reads),
+        stmt, domain=domain, accesses=(replace(write, relation=relation, guard=domain), *stmt.reads)
     )
-    return project_onto_outer(widened, (plan.m, plan.n, plan.k), plan.outer)
+    return project_onto_outer(widened, inner, outer)
+
+
+def calls_cover(init: PolyStatement, projected: PolyStatement, written: Sequence[str]) -> bool:
+    """Whether a call runs at every outer point where its init zeroes something, for every size
+    (`project_call` kept no condition on the inner extents): the init's domain without the
+    `written` inner variables (a GEMM's m, n; a convolution's f, x) within the projected one."""
+    domain = init.domain
+    for pos in sorted((init.index_vars.index(v) for v in written), reverse=True):
+        domain = domain.project_out(isl.dim_type.set, pos, 1)
+    return domain.set_tuple_name(projected.name).is_subset(projected.domain)
 
 
 def project_onto_outer(stmt: PolyStatement, inner: Sequence[str], outer: tuple[str, ...]) -> PolyStatement:

@@ -31,7 +31,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-import islpy as isl
 import sympy
 
 from tensorlang import ir
@@ -42,8 +41,9 @@ from .contraction import (
     Operand,
     _operands,
     _project,
+    calls_cover,
     plan_contraction,
-    project_onto_outer,
+    project_call,
 )
 from .scop import PolyStatement, Scop, StatementKind, compute_dependences
 from .sizes import compile_size_expr
@@ -329,34 +329,12 @@ def _guarded(
 
 
 def _project_conv(stmt: PolyStatement, plan: ConvPlan) -> PolyStatement:
-    """The statement over its outer variables only (accesses: their unions over the rest).
-
-    One call runs at every point of the outer box, whatever the extents of f, x and the taps:
-    with no f or x it does nothing, with no taps it adds nothing (or, storing O because its
-    zeroing was folded into it, zeroes O). So where the domain is a box (the inner variables'
-    constraints apart from the outer ones'), the projection keeps no condition on the inner
-    extents: else a generic kernel would hide the call, and the statements sharing its region,
-    behind `if (C >= 1 && KH >= 1 ...)`, one phase (the zeroing could not be folded, nor the rows
-    split over threads). The write then covers O's box at every outer point (an over-approximated
-    write, which kills nothing: dependences only grow)."""
-    inner_vars = [v for v, _ in plan.extent]
-    inner = [stmt.index_vars.index(v) for v in inner_vars]
-    domain, outer = stmt.domain, stmt.domain
-    for pos in inner:
-        domain = domain.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
-    for pos in range(len(stmt.index_vars)):
-        if pos not in inner:
-            outer = outer.drop_constraints_involving_dims(isl.dim_type.set, pos, 1)
-    if not domain.intersect(outer).is_equal(stmt.domain):
-        return project_onto_outer(stmt, inner_vars, plan.outer)  # not a box: keep it exact
-    write = stmt.write
-    relation = write.relation
-    for v in (*((plan.u,) if plan.u else ()), *plan.taps):
-        relation = relation.drop_constraints_involving_dims(isl.dim_type.in_, stmt.index_vars.index(v), 1)
-    widened = replace(
-        stmt, domain=domain, accesses=(replace(write, relation=relation, guard=domain), *stmt.reads)
-    )
-    return project_onto_outer(widened, inner_vars, plan.outer)
+    """The statement over its outer variables only (accesses: their unions over the rest). One
+    call runs at every point of the outer box, whatever the extents of f, x and the taps: with no
+    f or x it does nothing, with no taps it adds nothing (or, storing O because its zeroing was
+    folded into it, zeroes O): see `contraction.project_call`."""
+    reduced = (*((plan.u,) if plan.u else ()), *plan.taps)
+    return project_call(stmt, [v for v, _ in plan.extent], reduced, plan.outer)
 
 
 def plan_convolutions(
@@ -409,17 +387,7 @@ def folded_inits(scop: Scop, phases: Sequence[Sequence[str]], convs: Mapping[str
         init, stmt = scop.statement(inits[0]), scop.statement(body[0])
         if init.kind is not StatementKind.INIT or init.position != stmt.position:
             continue
-        if convs[body[0]].generic and not _calls_cover(init, stmt, convs[body[0]]):
+        if convs[body[0]].generic and not calls_cover(init, stmt, (convs[body[0]].f, convs[body[0]].x)):
             continue  # a generic kernel: a call must run wherever the init zeroes, for every size
         found.add(n)
     return found
-
-
-def _calls_cover(init: PolyStatement, projected: PolyStatement, conv: ConvPlan) -> bool:
-    """Whether a call runs at every outer point where the init zeroes something, for every size
-    (the projection kept no condition on the extents of f, x and the taps: `_project_conv`); a
-    call storing O then zeroes it even with no taps."""
-    domain = init.domain
-    for pos in sorted((init.index_vars.index(v) for v in (conv.f, conv.x)), reverse=True):
-        domain = domain.project_out(isl.dim_type.set, pos, 1)
-    return domain.set_tuple_name(projected.name).is_subset(projected.domain)

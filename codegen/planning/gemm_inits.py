@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import islpy as isl
-
-from polyhedral import PolyStatement, Scop, StatementKind
-from polyhedral.contraction import ContractionPlan
+from polyhedral import Scop, StatementKind
+from polyhedral.contraction import ContractionPlan, calls_cover
 from polyhedral.sizes import compile_size_expr
 
 from .astgen import LoopAst
@@ -42,17 +40,7 @@ def folded_inits(
             k = st.range_of(gemm.k)
             if compile_size_expr(k.hi)(sizes) - compile_size_expr(k.lo)(sizes) <= 0:
                 continue
-        elif not _calls_cover(init_stmt, stmt, gemm):
+        elif not calls_cover(init_stmt, stmt, (gemm.m, gemm.n)):
             continue  # a generic kernel: the calls must run for every size, empty K included
         found.add(n)
     return found
-
-
-def _calls_cover(init: PolyStatement, projected: PolyStatement, gemm: ContractionPlan) -> bool:
-    """Whether a GEMM call runs at every outer point where its init zeroes something, for every
-    size (polyhedral/contraction._project keeps no condition on m, n, k's extents)."""
-    domain = init.domain
-    for pos in sorted((init.index_vars.index(v) for v in (gemm.m, gemm.n)), reverse=True):
-        domain = domain.project_out(isl.dim_type.set, pos, 1)
-    domain = domain.set_tuple_name(projected.name)
-    return domain.is_subset(projected.domain)
