@@ -200,3 +200,21 @@ def test_an_exported_jacobi_allocates_the_padded_planes(tmp_path):
     args = [ctypes.c_void_p(x.ctypes.data) for x in (a, steps, got)]
     assert fn(*args, *[ctypes.c_int64(v) for v in (9, 67, 6)]) == 0
     np.testing.assert_array_equal(got, kernel(src, ONE_THREAD)(a, steps))
+
+
+# A scalar input read in every iteration (an invariant read, loaded once per row) and a read of
+# a second tensor at the same positions (a group of its own).
+SCALED = """def scaled(float(N, M) A, float(N, M) W, float alpha) -> (O) {
+  O(i, j) = alpha * (A(i, j) + A(i, j + 1)) - W(i, j) where i in 0:N, j in 0:M-1
+}"""
+
+
+@pytest.mark.parametrize("n", [5, 33, 100])
+def test_invariant_reads_and_two_tensors(n, monkeypatch):
+    rng = np.random.default_rng(n)
+    a, w = (rng.standard_normal((4, n)).astype(np.float32) for _ in range(2))
+    alpha = np.float32(0.7)
+    _check(SCALED, [a, w, alpha], sizes_note=f"{n}")
+    want = alpha * (a[:, :-1] + a[:, 1:]) - w[:, :-1]
+    np.testing.assert_allclose(kernel(SCALED, ONE_THREAD)(a, w, alpha), want, rtol=1e-5, atol=1e-5)
+    assert row_statements(SCALED, ONE_THREAD, dict(N=4, M=100), monkeypatch) == {"S0"}
