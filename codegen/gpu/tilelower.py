@@ -48,9 +48,22 @@ class TileLowering:
         """The first m and n of tile `tile` (tiles numbered with n fastest)."""
         b = self.b
         tm, tn = b.udiv(tile, _const(tiles.tiles_n)), b.urem(tile, _const(tiles.tiles_n))
-        m0 = b.add(_const(tiles.ranges[0][0]), b.mul(tm, _const(tiles.tm)))
-        n0 = b.add(_const(tiles.ranges[1][0]), b.mul(tn, _const(tiles.tn)))
-        return m0, n0
+        return b.mul(tm, _const(tiles.tm)), b.mul(tn, _const(tiles.tn))
+
+    def _unflatten(self, tiles: TileMapping, role: int, flat: ll.Value | None) -> dict[str, ll.Value]:
+        """The variables of a role (0 m, 1 n, 2 k) at a flattened index (the last variable
+        fastest); each at its first value when `flat` is None (a role the operand lacks)."""
+        b = self.b
+        out = {}
+        rest = flat
+        for var, lo, hi in reversed(tiles.roles[role]):
+            if rest is None:
+                out[var] = _const(lo)
+                continue
+            extent = _const(max(1, hi - lo))
+            out[var] = b.add(_const(lo), b.urem(rest, extent))
+            rest = b.udiv(rest, extent)
+        return out
 
     def _element(self, stmt, read: ir.Read, indices: dict[str, ll.Value], ok: ll.Value, dtype) -> ll.Value:
         """read's element at `indices` where `ok`, else zero: the index is clamped into range first,
@@ -71,17 +84,23 @@ class TileLowering:
         return a, self.b.gep(a, [_const(tiles.tm * tiles.tk)])
 
     def _staged(self, tiles: TileMapping, tid: ll.Value) -> list[tuple[int, ll.Value, ll.Value]]:
-        """Thread `tid`'s elements of a chunk: (0 for A or 1 for B, row or k of it, column or k
-        of it) — A's (r, kk) with consecutive threads on consecutive k, B's (kk, col) on
-        consecutive n."""
+        """Thread `tid`'s elements of a chunk: (0, r, kk) of A's slice or (1, kk, col) of B's,
+        consecutive threads on consecutive k or on consecutive m (n), whichever the operand's
+        stride-1 subscript follows (TileMapping.k_fastest)."""
         b = self.b
         out = []
         for q in range(tiles.tm * tiles.tk // tiles.threads):
             i = b.add(tid, _const(q * tiles.threads))
-            out.append((0, b.udiv(i, _const(tiles.tk)), b.urem(i, _const(tiles.tk))))
+            if tiles.k_fastest[0]:
+                out.append((0, b.udiv(i, _const(tiles.tk)), b.urem(i, _const(tiles.tk))))
+            else:
+                out.append((0, b.urem(i, _const(tiles.tm)), b.udiv(i, _const(tiles.tm))))
         for q in range(tiles.tk * tiles.tn // tiles.threads):
             i = b.add(tid, _const(q * tiles.threads))
-            out.append((1, b.udiv(i, _const(tiles.tn)), b.urem(i, _const(tiles.tn))))
+            if tiles.k_fastest[1]:
+                out.append((1, b.urem(i, _const(tiles.tk)), b.udiv(i, _const(tiles.tk))))
+            else:
+                out.append((1, b.udiv(i, _const(tiles.tn)), b.urem(i, _const(tiles.tn))))
         return out
 
     def _tile_fetch(self, grid: PhaseMapping, tiles: TileMapping, ahead: int) -> ll.Function:
@@ -91,7 +110,6 @@ class TileLowering:
         fn, env, tid, cells, _ = self._step_function(grid, f"fetch{ahead}")
         b = self.b
         stmt, dtype, read_a, read_b = self._tile_parts(tiles)
-        c = tiles.contraction
         (tile,) = env.values()
         m0, n0 = self._tile_origin(tiles, tile)
         chunk = b.add(self.chunk, _const(ahead))
@@ -101,11 +119,21 @@ class TileLowering:
             if which == 0:
                 m, m_ok = self._clamped(b.add(m0, x), 0, m_hi)
                 k, k_ok = self._clamped(b.add(k0, y), 0, k_hi)
-                value = self._element(stmt, read_a, {c.m: m, c.k: k, c.n: n0}, b.and_(m_ok, k_ok), dtype)
+                at = {
+                    **self._unflatten(tiles, 0, m),
+                    **self._unflatten(tiles, 1, None),
+                    **self._unflatten(tiles, 2, k),
+                }
+                value = self._element(stmt, read_a, at, b.and_(m_ok, k_ok), dtype)
             else:
                 col, n_ok = self._clamped(b.add(n0, y), 0, n_hi)
                 k, k_ok = self._clamped(b.add(k0, x), 0, k_hi)
-                value = self._element(stmt, read_b, {c.m: m0, c.k: k, c.n: col}, b.and_(n_ok, k_ok), dtype)
+                at = {
+                    **self._unflatten(tiles, 0, None),
+                    **self._unflatten(tiles, 1, col),
+                    **self._unflatten(tiles, 2, k),
+                }
+                value = self._element(stmt, read_b, at, b.and_(n_ok, k_ok), dtype)
             V.store_element(b, value, self._cell(cells, tiles.rm * tiles.rn + n, dtype), dtype)
         b.ret(ll.Constant(V.I32, 0))
         return fn
@@ -178,11 +206,10 @@ class TileLowering:
         b = self.b
         stmt, dtype, _, _ = self._tile_parts(tiles)
         st = stmt.statement
-        c = tiles.contraction
         (tile,) = env.values()
         m0, n0 = self._tile_origin(tiles, tile)
         row, col = self._thread_origin(tiles, tid)
-        (_, m_hi), (_, n_hi), (k_lo, _) = tiles.ranges
+        (_, m_hi), (_, n_hi), _ = tiles.ranges
         flags = self.flags if self.flags else ("reassoc",)
         for i in range(tiles.rm):
             m = b.add(b.add(m0, row), _const(i))
@@ -190,7 +217,12 @@ class TileLowering:
                 n = b.add(b.add(n0, col), _const(j))
                 inside = b.and_(b.icmp_signed("<", m, _const(m_hi)), b.icmp_signed("<", n, _const(n_hi)))
                 with b.if_then(inside):
-                    self.leaf_statement = PolyLeafContext(stmt.name, st, {c.m: m, c.n: n, c.k: _const(k_lo)})
+                    at = {
+                        **self._unflatten(tiles, 0, m),
+                        **self._unflatten(tiles, 1, n),
+                        **self._unflatten(tiles, 2, None),
+                    }
+                    self.leaf_statement = PolyLeafContext(stmt.name, st, at)
                     ptr = self.address(st.tensor, st.lhs, None)
                     total = V.load_element(b, self._cell(cells, i * tiles.rn + j, dtype), dtype)
                     old = V.load_element(b, ptr, dtype)

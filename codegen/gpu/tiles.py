@@ -9,8 +9,9 @@ its register tile to C. The step structure is the row mapping's (gpu/rows.py,
 gpu/rowlower.py): the same operations run on the GPU and in the emulation, with a loop over the
 chunks around the load, barrier, compute, barrier steps.
 
-Applies to a phase whose one statement is a contraction with no batch (outer) variable, in
-float or double; the products are summed in another order than on the CPU (equal within
+Applies to a phase whose one statement is a contraction with no batch variable (one in C, A
+and B), in float or double — several variables of a role are flattened into one index, so a
+convolution is an implicit GEMM; the products are summed in another order than on the CPU (equal within
 rounding, as any reduction).
 """
 
@@ -22,17 +23,23 @@ from dataclasses import dataclass
 from polyhedral.contraction import ContractionPlan, plan_contraction
 from polyhedral.sizes import compile_size_expr
 
-#: (TM, TN, TK, RM, RN): 256 threads each. The large tile once there are enough of them to fill
-#: an H100 twice (132 SMs), else the small one (more blocks for a smaller matrix).
+#: (TM, TN, TK, RM, RN): 256 threads each. The large (or narrow) tile once there are enough of
+#: them to fill an H100 twice (132 SMs), else the small one (more blocks for a smaller matrix).
 LARGE_TILE = (128, 128, 8, 8, 8)
 SMALL_TILE = (64, 64, 16, 4, 4)
 LARGE_TILE_MIN_TILES = 264
+#: for a C of at most 64 columns (a convolution's filters): the large tile's rows, half its columns
+NARROW_TILE = (128, 64, 8, 8, 4)
+#: fewer multiply-adds than this keep the one-thread-per-row mapping
+MIN_WORK = 4096
 
 
 @dataclass(frozen=True)
 class TileMapping:
     """C's tiles: `tiles_m` x `tiles_n` blocks (rows of the row machinery: one block each) of
-    `threads` threads; `ranges` the [lo, hi) of m, n and k."""
+    `threads` threads. `roles`: the variables of m, n and k, each (variable, lo, hi), the last
+    varying fastest in the flattened index (an implicit GEMM: a convolution's m is n·h·w, its
+    k c·kh·kw); `ranges` the flattened [0, M), [0, N), [0, K)."""
 
     contraction: ContractionPlan
     tm: int
@@ -40,11 +47,22 @@ class TileMapping:
     tk: int
     rm: int
     rn: int
-    ranges: tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+    roles: tuple[tuple[tuple[str, int, int], ...], ...]
+    k_fastest: tuple[bool, bool] = (True, False)  # per operand: consecutive threads load along k
     per_block: int = 1
     reductions: int = 0
     local: tuple = ()
     warps: int = 0
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        out = []
+        for role in self.roles:
+            total = 1
+            for _, lo, hi in role:
+                total *= max(0, hi - lo)
+            out.append((0, total))
+        return tuple(out)
 
     @property
     def threads(self) -> int:
@@ -89,11 +107,14 @@ class TileMapping:
 
     def describe(self) -> str:
         c = self.contraction
+        m, n, k = ("·".join(v for v, _, _ in role) for role in self.roles)
         return (
-            f"shared-memory tiles for {c.c.tensor} += {c.a.tensor}·{c.b.tensor} (m={c.m}, n={c.n}, k={c.k}): "
+            f"shared-memory tiles for {c.c.tensor} += {c.a.tensor}·{c.b.tensor} (m={m}, n={n}, k={k}): "
             f"one block of {self.threads} threads per {self.tm} x {self.tn} tile, grid {self.blocks} x "
             f"{self.block} ({self.tiles_m} x {self.tiles_n} tiles); k in {self.chunks} chunks of {self.tk} "
-            f"staged in shared memory between barriers; each thread a {self.rm} x {self.rn} register tile"
+            f"staged in shared memory between barriers (loads of {c.a.tensor} along "
+            f"{'k' if self.k_fastest[0] else 'm'}, of {c.b.tensor} along {'k' if self.k_fastest[1] else 'n'}); "
+            f"each thread a {self.rm} x {self.rn} register tile"
         )
 
 
@@ -104,21 +125,44 @@ def tile_mapping(
     if len(statements) != 1:
         return None, "not a single statement"
     stmt = plan.scop.statement(statements[0])
-    found = plan_contraction(plan.scop, stmt, sizes)
+    # without sizes: the role analysis alone (the CPU's small-work test looks at one variable
+    # of each role; the flattened roles' work is tested below)
+    found = plan_contraction(plan.scop, stmt, None)
     if found is None:
-        return None, "not a contraction C += A·B (or too small)"
-    if found.outer:
-        return None, f"a contraction with batch variables ({', '.join(found.outer)})"
+        return None, "not a contraction C += A·B"
     st = stmt.statement
-    ranges = []
-    for var in (found.m, found.n, found.k):
-        r = st.range_of(var)
-        try:
-            ranges.append((compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes)))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None, f"the range of {var} is not a function of the sizes"
-    m, n = ranges[0][1] - ranges[0][0], ranges[1][1] - ranges[1][0]
-    tile = LARGE_TILE
-    if -(-m // tile[0]) * -(-n // tile[1]) < LARGE_TILE_MIN_TILES:
-        tile = SMALL_TILE
-    return TileMapping(found, *tile, tuple(ranges)), ""
+    a, b = found.a, found.b
+    m_vars = [v for v in st.indices if a.uses(v) and not b.uses(v)]
+    n_vars = [v for v in st.indices if b.uses(v) and not a.uses(v)]
+    k_vars = [v for v in st.reduction_indices if a.uses(v) and b.uses(v)]
+    others = [v for v in st.all_indices if v not in m_vars + n_vars + k_vars]
+    if others:
+        return None, f"a contraction with batch variables ({', '.join(others)})"
+    roles = []
+    for names in (m_vars, n_vars, k_vars):
+        role = []
+        for var in names:
+            r = st.range_of(var)
+            try:
+                role.append((var, compile_size_expr(r.lo)(sizes), compile_size_expr(r.hi)(sizes)))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                return None, f"the range of {var} is not a function of the sizes"
+        roles.append(tuple(role))
+    # coalesced loads: consecutive threads along the variable of an operand's stride-1 subscript
+    # (the longer of its own role's fastest variable and k's, when it holds both: w + kw)
+    extent = {var: hi - lo for role in roles for var, lo, hi in role}
+    k_fastest = tuple(
+        bool(op.forms and op.forms[-1].coeff(k_vars[-1]))
+        and not (op.forms[-1].coeff(own[-1]) and extent[own[-1]] > extent[k_vars[-1]])
+        for op, own in ((a, m_vars), (b, n_vars))
+    )
+    for tile in (NARROW_TILE, LARGE_TILE, SMALL_TILE):
+        found_tiles = TileMapping(found, *tile, tuple(roles), k_fastest)
+        (_, m), (_, n), (_, k) = found_tiles.ranges
+        if m * n * k < MIN_WORK:
+            return None, f"{m * n * k} multiply-adds: too few for tiles"
+        if tile == NARROW_TILE and n > tile[1]:
+            continue  # the narrow tile only where C has at most its width of columns
+        if tile == SMALL_TILE or found_tiles.tiles_m * found_tiles.tiles_n >= LARGE_TILE_MIN_TILES:
+            return found_tiles, ""
+    raise AssertionError("unreachable")

@@ -259,6 +259,12 @@ def test_corpus_rows_at_larger_sizes(scale: int) -> None:
                 continue
             if not re.search(r"one (warp|block of \d+ threads) per (row|\d+ x \d+ tile)", text):
                 continue
+            elements = [
+                np.prod([compile_size_expr(d)(sizes) for d in t.shape], dtype=np.int64)
+                for t in kernel.program.tensors
+            ]
+            if max(elements, default=0) > 5_000_000:
+                continue  # a 4-D Kronecker factor at 150 per dimension: gigabytes on the CPU
             cpu = tl.compile(case["tc"], case.get("entry"))
             inputs = {}
             for t in kernel.interface.inputs:
@@ -271,8 +277,10 @@ def test_corpus_rows_at_larger_sizes(scale: int) -> None:
         got, error = emulate(case["tc"], sizes, inputs, case.get("entry"), fill=0)
         assert not error.any(), (case["name"], error)
         for t, w in zip(kernel.interface.outputs, want):
-            # float32 sums in another order: cancellation makes small results relatively inexact
-            atol = 1e-5 * float(np.abs(w).max(initial=1.0))
+            # float32 sums in another order: cancellation makes small results relatively inexact,
+            # and long ones (a convolution's 150³ terms at scale 150) drift (an indexing error
+            # would be off by the results' own size)
+            atol = 1e-5 * max(1.0, scale / 40) * float(np.abs(w).max(initial=1.0))
             np.testing.assert_allclose(got[t.name], w, rtol=1e-4, atol=atol, err_msg=case["name"])
         mapped += 1
     assert mapped >= 5
