@@ -70,7 +70,10 @@ def _check(src, args, options=ONE_THREAD, sizes_note=""):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5, err_msg=sizes_note)
 
 
-@pytest.mark.parametrize("name", list(SIZES))
+# heat-3d and jacobi-2d compile for seconds (their other tests here cover jacobi-2d): slow
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n in ("heat3d", "jacobi2d") else n for n in SIZES]
+)
 def test_stencils_match_the_scalar_and_untransformed_kernels(name):
     src = CASES[name][0]
     rng = np.random.default_rng(3)
