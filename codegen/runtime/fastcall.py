@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +28,7 @@ from .parallel import run_inline, run_phases, runs_inline
 from .specialise import Specialisation
 
 _BYTE = ctypes.c_char
+_POINTER = ctypes.c_void_p
 
 
 def address(array: np.ndarray) -> int:
@@ -37,6 +38,30 @@ def address(array: np.ndarray) -> int:
         return ctypes.addressof(_BYTE.from_buffer(array))
     except (TypeError, ValueError):
         return array.ctypes.data
+
+
+def _data_field_offset() -> int | None:
+    """Where an ndarray object holds its data pointer, relative to the object's address (`id`):
+    NumPy's PyArrayObject starts with PyObject_HEAD and then `char *data`. Checked against
+    `.ctypes.data` on probes; None (use `address`) if the layout is not that."""
+    offset = object.__basicsize__
+    probes = (np.arange(3.0), np.empty((2, 5), np.float32)[1:], np.zeros(0, np.int8))
+    for probe in probes:
+        if _POINTER.from_address(id(probe) + offset).value != probe.ctypes.data:
+            return None
+    return offset
+
+
+# Read straight from the array object (130 ns, against 230 through the buffer protocol): the
+# fast path takes exact np.ndarray objects only, whose layout this checked at import.
+_DATA_FIELD = _data_field_offset()
+
+
+def _read_data_field(array: np.ndarray, read=_POINTER.from_address, offset=_DATA_FIELD) -> int:
+    return read(id(array) + offset).value or 0  # a NULL pointer (an empty array) reads as None
+
+
+_data_address = address if _DATA_FIELD is None else _read_data_field
 
 
 @dataclass(frozen=True)
@@ -53,13 +78,14 @@ class FastCall:
         return frozenset(self.outputs)
 
     def run(
-        self, inputs: Sequence[np.ndarray], out: object, threads: int = 1
+        self, inputs: Sequence[np.ndarray], out: object, threads: Callable[[], int] = lambda: 1
     ) -> tuple[int, np.ndarray, object] | None:
         """Run the kernel into `out` (as `out=` takes it), allocating the other outputs:
         (status code, error details, the result as __call__ returns it). None, having run
         nothing, when `out` needs the full path: an array that is not a C-contiguous, writable
         NumPy array of the output's dtype and shape, or one whose memory may overlap an input's
-        or another output's (the full path checks exactly, and reports)."""
+        or another output's (the full path checks exactly, and reports). `threads` gives the
+        thread count, asked only when a phase may split (it reads the environment: ~0.6 µs)."""
         given = self._out_arrays(out)
         if given is None:
             return None
@@ -68,17 +94,18 @@ class FastCall:
         except IndexError:
             pointers = (ctypes.c_void_p * self.buffer_count)()
             pointers_address = ctypes.addressof(pointers)
+        where = _data_address
         spans = []
         for slot, array in zip(self.input_slots, inputs):
-            start = pointers[slot] = address(array)
+            start = pointers[slot] = where(array)
             spans.append((start, start + array.nbytes))
         made = []
         for (slot, shape, dtype), array in zip(self.allocations, given):
             if array is None:
                 array = np.empty(shape, dtype)
-                start = address(array)
+                start = where(array)
             else:  # a caller's array: memory bounds against every input and earlier output
-                start = address(array)
+                start = where(array)
                 stop = start + array.nbytes
                 for other_start, other_stop in spans:  # (a loop: cheaper than any() here)
                     if start < other_stop and other_start < stop:
@@ -96,7 +123,7 @@ class FastCall:
                 lambda _: pointers_address,
                 spec.params_address,
                 spec.plans,
-                threads,
+                threads(),
                 spec.workspaces,
             )
         self._pointer_arrays.append((pointers, pointers_address))
@@ -121,13 +148,12 @@ class FastCall:
         if len(arrays) != len(self.outputs):
             return None
         for array, (_, shape, dtype) in zip(arrays, self.allocations):
-            if array is not None and (
-                type(array) is not np.ndarray
-                or array.dtype != dtype
-                or array.shape != shape
-                or not array.flags.c_contiguous
-                or not array.flags.writeable
-            ):
+            if array is None:
+                continue
+            if type(array) is not np.ndarray or array.dtype != dtype or array.shape != shape:
+                return None
+            flags = array.flags
+            if not (flags.c_contiguous and flags.writeable):
                 return None
         return arrays + self.temporaries_given
 

@@ -178,7 +178,7 @@ class Kernel:
         """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
         fast = None if keyword_sizes else self._fast.get(fastcall.signature(inputs, self._input_dtypes))
-        ran = fast.run(inputs, out, self.options.thread_count()) if fast is not None else None
+        ran = fast.run(inputs, out, self.options.thread_count) if fast is not None else None
         if ran is not None:  # a signature that passed every check before: few steps
             with self._cache_lock:  # a call keeps its machine code the most recently used
                 if fast.sizes in self._cache:

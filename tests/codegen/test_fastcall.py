@@ -185,3 +185,35 @@ def test_out_arrays_the_fast_path_cannot_take(bad):
     else:
         with pytest.raises(tl.ArgumentError, match="not outputs"):
             k(a, b, out={"Q": np.empty(6, np.float32)})
+
+
+def test_data_addresses_read_from_the_array_object_match_numpy():
+    """The fast path reads an input's data pointer from the ndarray object (layout checked at
+    import): it must agree with NumPy's own for views, offsets, read-only and empty arrays."""
+    from codegen.runtime import fastcall
+
+    base = np.arange(64, dtype=np.float32)
+    frozen = np.arange(5.0)
+    frozen.flags.writeable = False
+    arrays = [
+        base,
+        base[3:],
+        base[::2],
+        base.reshape(8, 8)[2:, 1:],
+        frozen,
+        np.zeros(0, np.int8),
+        np.empty((0, 3)),
+    ]
+    for array in arrays:
+        assert fastcall._data_address(array) == array.ctypes.data
+
+
+def test_views_at_an_offset_are_read_at_their_own_address():
+    k = tl.compile("def add(float(N) a, float(N) b) -> (c) { c(i) = a(i) + b(i) }")
+    base = np.arange(64, dtype=np.float32)
+    for start in (0, 1, 7, 13):  # the same shapes, so every call after the first takes the fast path
+        x, y = base[start : start + 8], base[start + 20 : start + 28]
+        np.testing.assert_array_equal(k(x, y), x + y)
+        out = np.empty(8, np.float32)
+        k(x, y, out={"c": out})
+        np.testing.assert_array_equal(out, x + y)
