@@ -91,10 +91,10 @@ def test_stencils_match_the_scalar_and_untransformed_kernels(name):
     [
         tl.Options(threads=2),
         tl.Options(threads=1, vector_width=256),
-        tl.Options(threads=1, vector_width=128),
+        pytest.param(tl.Options(threads=1, vector_width=128), marks=pytest.mark.slow),
         tl.Options(threads=1, specialize=False),
-        tl.Options(threads=1, band_tiles=(None, (4, 8))),
-        tl.Options(threads=1, fast_math=True),
+        pytest.param(tl.Options(threads=1, band_tiles=(None, (4, 8))), marks=pytest.mark.slow),
+        pytest.param(tl.Options(threads=1, fast_math=True), marks=pytest.mark.slow),
     ],
     ids=lambda o: repr(o)[8:60],
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 import tensorlang as tl
 
@@ -54,6 +55,7 @@ def test_the_stride_one_member_goes_innermost():
     assert time.strip() == outer_of_band  # the time step outermost in the band
 
 
+@pytest.mark.slow  # ~10 s of compiling
 def test_reordered_recurrence_matches_numpy_and_the_reference():
     r = np.random.default_rng(7)
     for n, m, steps in ((1, 1, 1), (3, 5, 2), (13, 11, 7), (37, 29, 5)):
