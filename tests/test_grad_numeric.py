@@ -137,7 +137,10 @@ def _inputs(shapes):
     return [_r(*s) if s else np.float64(RNG.uniform(-1, 1)) for s in shapes]
 
 
-@pytest.mark.parametrize("program", sorted(PROGRAMS))
+@pytest.mark.parametrize(
+    "program",  # "builtins" compiles a gradient per builtin (~10 s): slow
+    [pytest.param(p, marks=pytest.mark.slow) if p == "builtins" else p for p in sorted(PROGRAMS)],
+)
 def test_gradient_matches_finite_differences(program):
     source, shapes = PROGRAMS[program]
     check(source, _inputs(shapes))

@@ -343,7 +343,7 @@ def test_corpus_convolutions_generic(threads):
     assert ran >= 1
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_padded_random_sizes_match_numpy(dtype):
     """One generic padded kernel over random sizes (windows 1-7, channels 1-40, images narrower
     than the window's reach): NumPy on the zero-padded input as the reference."""

@@ -153,8 +153,10 @@ def test_jacobi_1d_at_tiny_and_odd_sizes(n, steps):
     "shape",
     [
         (1, 1),
-        (5, 2),
-        *(pytest.param(s, marks=pytest.mark.slow) for s in ((2, 3), (3, 3), (1, 7), (13, 11), (17, 31))),
+        *(
+            pytest.param(s, marks=pytest.mark.slow)
+            for s in ((5, 2), (2, 3), (3, 3), (1, 7), (13, 11), (17, 31))
+        ),
     ],
 )
 def test_jacobi_2d_at_tiny_odd_and_prime_sizes(shape):

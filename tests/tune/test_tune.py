@@ -108,6 +108,7 @@ def test_wrong_crashing_and_hanging_candidates_fail(monkeypatch):
     assert r.best_s <= r.default_s
 
 
+@pytest.mark.slow  # ~7 s
 def test_wrong_candidate_fails(monkeypatch):
     monkeypatch.setenv("TENSORLANG_TUNE_FAULTS", "1:wrong,2:crash")
     r = tl.tune(SCALE, _a(), budget_s=4, progress=False)
@@ -120,6 +121,7 @@ def test_wrong_candidate_fails(monkeypatch):
     assert all(canonical(w.knobs) != canonical(best.knobs) for w in wrong)
 
 
+@pytest.mark.slow  # ~8 s
 def test_resume_and_start_from_best():
     a = _a()
     r1 = tl.tune(SCALE, a, budget_s=1.5, progress=False)
