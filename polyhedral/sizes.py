@@ -147,13 +147,7 @@ def to_pwaff(
                 out = out.add(t)
             return out
         if isinstance(e, sympy.Mul):
-            coeff = sympy.Integer(1)
-            rest = []
-            for a in e.args:
-                if a.is_Rational:
-                    coeff *= a
-                else:
-                    rest.append(a)
+            coeff, rest = split_coefficient(e)
             if len(rest) == 1:
                 base = rational(rest[0]).scale_val(isl.Val.int_from_si(ctx, int(coeff.p)))
                 return base.scale_down_val(isl.Val.int_from_si(ctx, int(coeff.q))) if coeff.q != 1 else base
@@ -221,3 +215,15 @@ def _compile(e: sympy.Expr) -> Callable[[Mapping[str, int]], object]:
         exponent = int(e.args[1])
         return lambda s: Fraction(args[0](s)) ** exponent
     raise ValueError(f"cannot evaluate size expression {e}")
+
+
+def split_coefficient(product: sympy.Mul) -> tuple[sympy.Rational, list[sympy.Expr]]:
+    """A product of size expressions as its rational coefficient and the other factors."""
+    coeff = sympy.Integer(1)
+    rest = []
+    for a in product.args:
+        if a.is_Rational:
+            coeff *= a
+        else:
+            rest.append(a)
+    return coeff, rest

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from .conv_generic_pack import dot, floor_div, imax, imin, nest, positive, strided_sum, when
+from .conv_kernel import accumulate_if
 from .gemm_pack import _transpose, c64, declare_intrinsic, define_function, gep, load, loop, splat, store
 from .values import F32, F64, I1, I32, I64
 
@@ -309,22 +310,7 @@ class _Kernel:
             for (oc, tc), c in zip(g.row_guards, self.row_c):
                 value = b.add(dot(b, self.outer, oc), b.add(dot(b, ivs, tc), c))
                 inside = b.and_(inside, b.icmp_signed(">=", value, c64(0)))
-            pre = b.block
-            then = b.append_basic_block("tap")
-            done = b.append_basic_block("tap.done")
-            b.cbranch(inside, then, done)
-            b.position_at_end(then)
-            new = accumulate(ivs, wp, list(acc))
-            end = b.block
-            b.branch(done)
-            b.position_at_end(done)
-            out = [nxt]
-            for old, value in zip(acc, new):
-                phi = b.phi(old.type)
-                phi.add_incoming(old, pre)
-                phi.add_incoming(value, end)
-                out.append(phi)
-            return out
+            return [nxt, *accumulate_if(b, inside, acc, lambda acc: accumulate(ivs, wp, acc))]
 
         if not self.overwrite:  # the kernel runs only with every tap count positive
             accs = nest(b, self.counts, [wp0, *accs], step)[1:]

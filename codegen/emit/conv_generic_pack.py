@@ -12,31 +12,9 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
+from .conv_kernel import counted
 from .gemm_pack import c64, define_function, gep, load, store
 from .values import F32, F64, I1, I64
-
-
-def counted(b: ir.IRBuilder, count: ir.Value, carried: list, body: Callable, name: str) -> list:
-    """`for i in range(count)` with a run-time count ≥ 1 and values carried around the loop."""
-    pre = b.block
-    head = b.append_basic_block(f"{name}.loop")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name=name)
-    phis = [b.phi(v.type) for v in carried]
-    i.add_incoming(c64(0), pre)
-    for p, v in zip(phis, carried):
-        p.add_incoming(v, pre)
-    out = body(i, phis)
-    nxt = b.add(i, c64(1), flags=["nsw"])
-    end = b.block
-    i.add_incoming(nxt, end)
-    for p, v in zip(phis, out):
-        p.add_incoming(v, end)
-    b.cbranch(b.icmp_signed("<", nxt, count), head, done)
-    b.position_at_end(done)
-    return out
 
 
 def nest(b: ir.IRBuilder, counts: list, carried: list, body: Callable, ivs=()) -> list:

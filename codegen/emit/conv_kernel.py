@@ -80,10 +80,10 @@ class ConvGeometry:
         return f"v{self.lanes}{'f32' if self.itemsize == 4 else 'f64'}"
 
 
-def _counted(b: ir.IRBuilder, count: int, carried: list, body: Callable, name: str) -> list:
-    """`for i in range(count)` (count ≥ 1, a constant) with values carried around the loop;
-    `body(i, values)` emits one iteration and returns the values of the next."""
-    if count == 1:
+def counted(b: ir.IRBuilder, count: int | ir.Value, carried: list, body: Callable, name: str) -> list:
+    """`for i in range(count)` (count ≥ 1: a constant, or a run-time value) with values carried
+    around the loop; `body(i, values)` emits one iteration and returns the values of the next."""
+    if isinstance(count, int) and count == 1:
         return body(c64(0), carried)
     pre = b.block
     head = b.append_basic_block(f"{name}.loop")
@@ -101,8 +101,30 @@ def _counted(b: ir.IRBuilder, count: int, carried: list, body: Callable, name: s
     i.add_incoming(nxt, end)
     for p, v in zip(phis, out):
         p.add_incoming(v, end)
-    b.cbranch(b.icmp_signed("<", nxt, c64(count)), head, done)
+    bound = c64(count) if isinstance(count, int) else count
+    b.cbranch(b.icmp_signed("<", nxt, bound), head, done)
     b.position_at_end(done)
+    return out
+
+
+def accumulate_if(b: ir.IRBuilder, inside: ir.Value, acc: list, accumulate: Callable) -> list:
+    """`accumulate(acc)` where `inside` holds (a tap inside the padding guards), else `acc`
+    unchanged: a branch around the tap's products and a phi per accumulator."""
+    pre = b.block
+    then = b.append_basic_block("tap")
+    done = b.append_basic_block("tap.done")
+    b.cbranch(inside, then, done)
+    b.position_at_end(then)
+    new = accumulate(list(acc))
+    end = b.block
+    b.branch(done)
+    b.position_at_end(done)
+    out = []
+    for old, value in zip(acc, new):
+        phi = b.phi(old.type)
+        phi.add_incoming(old, pre)
+        phi.add_incoming(value, end)
+        out.append(phi)
     return out
 
 
@@ -110,7 +132,7 @@ def _nest(b: ir.IRBuilder, counts: tuple[int, ...], carried: list, body: Callabl
     """Loops over every point of `counts` (outermost first), `body(ivs, values)` innermost."""
     if not counts:
         return body(ivs, carried)
-    return _counted(
+    return counted(
         b, counts[0], carried, lambda i, vals: _nest(b, counts[1:], vals, body, (*ivs, i)), f"t{len(ivs)}"
     )
 
@@ -252,22 +274,7 @@ class _Block:
             for oc, tc, c in g.row_guards:
                 value = b.add(_offset(b, outer, oc), b.add(_offset(b, ivs, tc), c64(c)))
                 inside = b.and_(inside, b.icmp_signed(">=", value, c64(0)))
-            pre = b.block
-            then = b.append_basic_block("tap")
-            done = b.append_basic_block("tap.done")
-            b.cbranch(inside, then, done)
-            b.position_at_end(then)
-            new = accumulate(ivs, wp, list(acc))
-            end = b.block
-            b.branch(done)
-            b.position_at_end(done)
-            out = [nxt]
-            for old, value in zip(acc, new):
-                phi = b.phi(old.type)
-                phi.add_incoming(old, pre)
-                phi.add_incoming(value, end)
-                out.append(phi)
-            return out
+            return [nxt, *accumulate_if(b, inside, acc, lambda acc: accumulate(ivs, wp, acc))]
 
         def accumulate(ivs, wp, acc):
             i = b.gep(i0, [_offset(b, ivs, g.in_taps)])  # not inbounds: i0 may lie in the padding
@@ -349,7 +356,7 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
                 ):
                     run += 1
             if run > 1:
-                _counted(
+                counted(
                     b,
                     run,
                     [],
@@ -379,7 +386,7 @@ def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool =
                 first = b.mul(n, c64(together))
                 return body([(b.add(first, c64(k)), lanes) for k in range(together)]) or []
 
-            _counted(b, groups, [], group, "fb")
+            counted(b, groups, [], group, "fb")
         last = [(c64(groups * together + k), lanes) for k in range(left)]
         if rest_f:
             last.append((c64(full_f), rest_f))

@@ -8,7 +8,7 @@ import llvmlite.ir as ll
 import sympy
 
 from polyhedral.contraction import ContractionPlan
-from polyhedral.sizes import isl_param_name
+from polyhedral.sizes import isl_param_name, split_coefficient
 from tensorlang.dtypes import ScalarType
 
 from ..emit import values as V
@@ -145,13 +145,7 @@ class GemmCallLowering(LoweringState):
                     acc = b.select(keep, acc, x)
             return acc, den
         if isinstance(e, sympy.Mul):
-            coeff = sympy.Integer(1)
-            rest = []
-            for a in e.args:
-                if a.is_Rational:
-                    coeff *= a
-                else:
-                    rest.append(a)
+            coeff, rest = split_coefficient(e)
             if len(rest) == 1:
                 num, den = self._rational(rest[0])
                 return b.mul(num, ll.Constant(V.I64, int(coeff.p)), flags=["nsw"]), den * int(coeff.q)
