@@ -174,7 +174,6 @@ class Pool:
         self.all_words = self._buf[self.header - start :].view(np.int64)  # header, then the slots
         self.threads = 0  # workers started
         self.seq = 0
-        self._entries: dict[int, tuple] = {}  # id of a kernel entry → (entry, its address)
 
     def slot(self, i: int) -> int:
         return self._base + i * SLOT_BYTES
@@ -190,13 +189,13 @@ class Pool:
         return self.all_words.view(np.int32)[(self.word_base(i) * _W + SLOT_CODE) // 4]
 
     def entry_address(self, entry) -> int:
-        """The machine address of a kernel entry (a ctypes function), remembered per entry."""
-        known = self._entries.get(id(entry))
-        if known is None or known[0] is not entry:
-            if len(self._entries) > 256:
-                self._entries.clear()
-            known = self._entries[id(entry)] = (entry, ctypes.cast(entry, ctypes.c_void_p).value)
-        return known[1]
+        """The machine address of a kernel entry (a ctypes function), remembered on the entry
+        object itself (ctypes function objects take attributes; the address lives as long as
+        the entry's code)."""
+        address = getattr(entry, "_tl_address", None)
+        if address is None:
+            address = entry._tl_address = ctypes.cast(entry, ctypes.c_void_p).value
+        return address
 
     def ranges(self, i: int, ranges, keep: list, common: bool = False) -> tuple[int, int]:
         """(address, count) of the [lo, hi) pairs `ranges` written into slot i's list (or the
