@@ -52,6 +52,34 @@ def assert_close(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
         np.testing.assert_array_equal(actual, expected, err_msg=what)
 
 
+def run_cases_whose_plan_mentions(options: tl.Options, mention: str) -> int:
+    """Compile every corpus case with `options`; run those whose `inspect("plan")` mentions
+    `mention` (a GEMM call, a direct convolution) against their references. Returns how many ran."""
+    ran = 0
+    for name, case in sorted(CASES.items()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tl.TensorLangWarning)
+            kernel = tl.compile(case["tc"], case.get("entry"), options=options)
+        if mention not in kernel.inspect("plan"):
+            continue
+        ran += 1
+        rng = np.random.default_rng(0)
+        inputs = make_inputs(case, rng)
+        preinit = {
+            k: rng.uniform(-1, 1, size=v).astype(case["output_dtypes"][k])
+            for k, v in case.get("preinit", {}).items()
+        }
+        expected = reference(case)(*inputs, *[p.copy() for p in preinit.values()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tl.TensorLangWarning)
+            result = kernel(*inputs, out={k: v.copy() for k, v in preinit.items()} or None)
+        results = result if isinstance(result, tuple) else (result,)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        for out_name, actual, want in zip(case["outputs"], results, expected):
+            assert_close(actual, want, f"{name}:{out_name}")
+    return ran
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_case_matches_reference(name: str) -> None:
     case = CASES[name]

@@ -306,35 +306,11 @@ def test_generic_export_calls_the_gemm(tmp_path):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_corpus_contractions_generic(threads):
     """Every case of the public TC corpus whose generic plan calls the GEMM matches its reference."""
-    import warnings
-
-    from test_corpus_e2e import CASES, assert_close, make_inputs, reference
+    from test_corpus_e2e import CASES, run_cases_whose_plan_mentions
 
     if not CASES:
         pytest.skip("../shared/tc_corpus/public.json not found")
-    ran = 0
-    for name, case in sorted(CASES.items()):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", tl.TensorLangWarning)
-            options = tl.Options(specialize=False, threads=threads)
-            kernel = tl.compile(case["tc"], case.get("entry"), options=options)
-        if "GEMM" not in kernel.inspect("plan"):
-            continue
-        ran += 1
-        rng = np.random.default_rng(0)
-        inputs = make_inputs(case, rng)
-        preinit = {
-            k: rng.uniform(-1, 1, size=v).astype(case["output_dtypes"][k])
-            for k, v in case.get("preinit", {}).items()
-        }
-        expected = reference(case)(*inputs, *[p.copy() for p in preinit.values()])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", tl.TensorLangWarning)
-            result = kernel(*inputs, out={k: v.copy() for k, v in preinit.items()} or None)
-        results = result if isinstance(result, tuple) else (result,)
-        expected = expected if isinstance(expected, tuple) else (expected,)
-        for out_name, actual, want in zip(case["outputs"], results, expected):
-            assert_close(actual, want, f"{name}:{out_name}")
+    ran = run_cases_whose_plan_mentions(tl.Options(specialize=False, threads=threads), "GEMM")
     assert ran >= 5  # the corpus has a dozen contractions
 
 
