@@ -277,7 +277,10 @@ def ref_two_3d(a, steps):
 
 @pytest.mark.parametrize(
     "options",
-    [tl.Options(threads=1), pytest.param(tl.Options(threads=2, tile=(3, 2, 2)), marks=pytest.mark.slow)],
+    [
+        pytest.param(o, marks=pytest.mark.slow)
+        for o in (tl.Options(threads=1), tl.Options(threads=2, tile=(3, 2, 2)))
+    ],
 )
 def test_a_3d_two_field_recurrence_matches_numpy_and_the_untransformed_kernel(options):
     kernel = tl.compile(TWO_FIELDS_3D, options=options)
