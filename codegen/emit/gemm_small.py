@@ -70,25 +70,14 @@ def define_small_gemm(module: ir.Module, dtype: str) -> ir.Function:
                     old = b.call(
                         mload, [pc, align, b.select(overwrite, ir.Constant(vb, [0] * vw), mask), vzero]
                     )
-                    pre = b.block
-                    head = b.append_basic_block("k.head")
-                    body = b.append_basic_block("k.body")
-                    done = b.append_basic_block("k.done")
-                    b.branch(head)
-                    b.position_at_end(head)
-                    k = b.phi(I64, name="k")
-                    acc = b.phi(vty, name="acc")
-                    k.add_incoming(c64(0), pre)
-                    acc.add_incoming(old, pre)
-                    b.cbranch(b.icmp_signed("<", k, K), body, done)
-                    b.position_at_end(body)
-                    a = splat(b, b.load(gep(b, arow, b.mul(k, a_cs))), vty)
-                    pb = b.bitcast(gep(b, gep(b, B, b.mul(k, b_rs)), j), vty.as_pointer())
-                    row = b.call(mload, [pb, align, mask, vzero])
-                    k.add_incoming(b.add(k, c64(1), flags=["nsw"]), b.block)
-                    acc.add_incoming(b.call(fmuladd, [a, row, acc]), b.block)
-                    b.branch(head)
-                    b.position_at_end(done)
+
+                    def vector_step(k, acc):
+                        a = splat(b, b.load(gep(b, arow, b.mul(k, a_cs))), vty)
+                        pb = b.bitcast(gep(b, gep(b, B, b.mul(k, b_rs)), j), vty.as_pointer())
+                        row = b.call(mload, [pb, align, mask, vzero])
+                        return b.call(fmuladd, [a, row, acc])
+
+                    acc = _sum_over(b, K, old, vector_step, "k")
                     b.call(mstore, [acc, pc, align, mask])
         with strided:
             with loop(b, 0, M, name="sm") as m:
@@ -98,24 +87,35 @@ def define_small_gemm(module: ir.Module, dtype: str) -> ir.Function:
                     pc = gep(b, crow, b.mul(j, c_cs))
                     bcol = gep(b, B, b.mul(j, b_cs))
                     old = b.select(overwrite, zero, b.load(pc))
-                    pre = b.block
-                    head = b.append_basic_block("sk.head")
-                    body = b.append_basic_block("sk.body")
-                    done = b.append_basic_block("sk.done")
-                    b.branch(head)
-                    b.position_at_end(head)
-                    k = b.phi(I64, name="sk")
-                    acc = b.phi(t, name="sacc")
-                    k.add_incoming(c64(0), pre)
-                    acc.add_incoming(old, pre)
-                    b.cbranch(b.icmp_signed("<", k, K), body, done)
-                    b.position_at_end(body)
-                    x = b.load(gep(b, arow, b.mul(k, a_cs)))
-                    y = b.load(gep(b, bcol, b.mul(k, b_rs)))
-                    k.add_incoming(b.add(k, c64(1), flags=["nsw"]), b.block)
-                    acc.add_incoming(b.call(sfmuladd, [x, y, acc]), b.block)
-                    b.branch(head)
-                    b.position_at_end(done)
-                    b.store(acc, pc)
+
+                    def scalar_step(k, acc):
+                        x = b.load(gep(b, arow, b.mul(k, a_cs)))
+                        y = b.load(gep(b, bcol, b.mul(k, b_rs)))
+                        return b.call(sfmuladd, [x, y, acc])
+
+                    b.store(_sum_over(b, K, old, scalar_step, "sk"), pc)
     b.ret_void()
     return fn
+
+
+def _sum_over(b: ir.IRBuilder, count: ir.Value, init: ir.Value, step, name: str) -> ir.Value:
+    """`acc = init; for k in range(count): acc = step(k, acc)` with a run-time count ≥ 0 (tested
+    before the first iteration: K may be 0); the final value."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    k = b.phi(I64, name=name)
+    acc = b.phi(init.type, name=f"{name}.acc")
+    k.add_incoming(c64(0), pre)
+    acc.add_incoming(init, pre)
+    b.cbranch(b.icmp_signed("<", k, count), body, done)
+    b.position_at_end(body)
+    new = step(k, acc)
+    k.add_incoming(b.add(k, c64(1), flags=["nsw"]), b.block)
+    acc.add_incoming(new, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return acc
