@@ -340,3 +340,18 @@ def bind_keyword_sizes(
             f"as in k(..., {missing[0]}=8)"
         )
     return bound
+
+
+def sizes_of_shapes(program: ir.Program, input_shapes: Sequence[tuple[int, ...]], dims) -> dict[str, int]:
+    """The sizes inputs of these shapes bind, checked as a call binds them (nothing allocated)."""
+    if len(input_shapes) != len(program.inputs):
+        raise ArgumentError(
+            f"{program.name}: expected {len(program.inputs)} input shapes, got {len(input_shapes)}"
+        )
+    for t, shape in zip(program.inputs, input_shapes):
+        if len(shape) != t.rank:
+            raise ArgumentError(
+                f"{program.name}: input {t.name} has {t.rank} dimensions, not shape {tuple(shape)}"
+            )
+    shaped = [np.broadcast_to(np.empty((), np.uint8), tuple(shape)) for shape in input_shapes]
+    return bind_keyword_sizes(program, bind_sizes(program, shaped, dims), {})

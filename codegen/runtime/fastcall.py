@@ -47,6 +47,15 @@ class FastCall:
     input_slots: tuple[int, ...]  # each input's index in the pointer array
     allocations: tuple[tuple[int, tuple[int, ...], np.dtype], ...]  # (slot, shape, dtype), outputs first
     outputs: tuple[str, ...]  # the outputs' names, in the def's order
+    input_shapes: tuple[tuple[int, ...], ...] = ()  # the signature: each input's shape and dtype
+    input_dtypes: tuple[np.dtype, ...] = ()
+
+    @functools.cached_property
+    def native(self):
+        """The NativeCall that checks and runs this signature in one native call, or None."""
+        from .nativecall import native_call
+
+        return native_call(self, self.input_shapes, self.input_dtypes) if self.input_shapes else None
 
     @functools.cached_property
     def output_names(self) -> frozenset[str]:
@@ -155,12 +164,12 @@ class FastCall:
 def fast_call(
     spec: Specialisation,
     sizes: tuple[int, ...],
-    inputs: Sequence[str],
+    inputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
     outputs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
     temporaries: Sequence[tuple[str, tuple[int, ...], np.dtype]],
 ) -> FastCall | None:
-    """The FastCall of a specialisation (inputs by name; outputs and temporaries with their
-    shapes and dtypes), or None when it needs the full path."""
+    """The FastCall of a specialisation (inputs, outputs and temporaries with their shapes and
+    dtypes), or None when it needs the full path."""
     if spec.layouts or spec.sharing or spec.contracted:
         return None
     slot = {name: i for i, name in enumerate(spec.buffers)}
@@ -169,9 +178,11 @@ def fast_call(
         spec,
         sizes,
         len(spec.buffers),
-        tuple(slot[n] for n in inputs),
+        tuple(slot[n] for n, _, _ in inputs),
         allocations,
         tuple(n for n, _, _ in outputs),
+        tuple(shape for _, shape, _ in inputs),
+        tuple(dtype for _, _, dtype in inputs),
     )
 
 
@@ -188,9 +199,10 @@ def signature(inputs: Sequence[object], dtypes: Sequence[np.dtype]) -> tuple | N
     return tuple(key)
 
 
-def for_call(spec: Specialisation, interface, sizes, shapes) -> FastCall | None:
-    """The FastCall of a call that just ran through the full path (None where it needs that
-    path: see fast_call; also for `+=` without `!`, which warns or zeroes on every call)."""
+def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> FastCall | None:
+    """The FastCall of a call with these input shapes that just ran through the full path (None
+    where it needs that path: see fast_call; also for `+=` without `!`, which warns or zeroes on
+    every call)."""
     if interface.uninitialised:
         return None
 
@@ -203,7 +215,7 @@ def for_call(spec: Specialisation, interface, sizes, shapes) -> FastCall | None:
     return fast_call(
         spec,
         tuple(sizes[s] for s in interface.sizes),
-        [t.name for t in interface.inputs],
+        [(t.name, shape, np.dtype(t.dtype.numpy_name)) for t, shape in zip(interface.inputs, input_shapes)],
         described(interface.outputs),
         described(interface.temporaries),
     )

@@ -92,6 +92,7 @@ class Kernel:
         # input shapes → the few steps a repeated call of a small kernel needs (runtime/fastcall.py);
         # read without a lock: single dict operations are atomic, and eviction replaces the dict
         self._fast: dict[tuple, fastcall.FastCall] = {}
+        self._native: fastcall.FastCall | None = None  # the one whose NativeCall ran last
         self._input_dtypes = tuple(np.dtype(t.dtype.numpy_name) for t in interface.inputs)
         self._warm_objects: dict[str, MachineCode] = {}  # generic code shared by call records
         # per set of sizes, least recently called first; at most options.max_specializations each
@@ -177,8 +178,12 @@ class Kernel:
     def __call__(self, *inputs: object, out: object = None, **keyword_sizes: int):
         """Run the kernel: inputs in def order; a size that no input's shape gives (a time step
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
-        fast = None if keyword_sizes else self._fast.get(fastcall.signature(inputs, self._input_dtypes))
-        ran = fast.run(inputs, out, self.options.thread_count) if fast is not None else None
+        fast = None if keyword_sizes else self._native  # the last signature, checked natively
+        ran = fast.native.run(inputs, out) if fast is not None else None
+        if ran is None and not keyword_sizes:
+            fast = self._fast.get(fastcall.signature(inputs, self._input_dtypes))
+            ran = fast.run(inputs, out, self.options.thread_count) if fast is not None else None
+            self._native = fast if ran is not None and fast.native is not None else self._native
         if ran is not None:  # a signature that passed every check before: few steps
             with self._cache_lock:  # a call keeps its machine code the most recently used
                 if fast.sizes in self._cache:
@@ -239,7 +244,7 @@ class Kernel:
         )
         key = None if keyword_sizes else fastcall.signature(inputs, self._input_dtypes)
         if key is not None and all(a is v for a, v in zip(arrays, inputs)):
-            fast = fastcall.for_call(spec, program, sizes, shapes)
+            fast = fastcall.for_call(spec, program, sizes, shapes, key)
             with self._cache_lock:
                 if fast is not None and any(s is spec for s in self._cache.values()):  # not evicted
                     self._fast[key] = fast
@@ -250,21 +255,8 @@ class Kernel:
     def output_shapes(self, *input_shapes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
         """The outputs' shapes, in the def's order, for inputs of these shapes: sizes bound and
         checked as a call binds them, nothing compiled or allocated (tensorlang.torch's fake kernels)."""
-        program = self.interface
-        if len(input_shapes) != len(program.inputs):
-            raise ArgumentError(
-                f"{program.name}: expected {len(program.inputs)} input shapes, got {len(input_shapes)}"
-            )
-        for t, shape in zip(program.inputs, input_shapes):
-            if len(shape) != t.rank:
-                raise ArgumentError(
-                    f"{program.name}: input {t.name} has {t.rank} dimensions, not shape {tuple(shape)}"
-                )
-        shaped = [np.broadcast_to(np.empty((), np.uint8), tuple(shape)) for shape in input_shapes]
-        shapes = self._shapes(
-            args_.bind_keyword_sizes(program, args_.bind_sizes(program, shaped, self._input_dims), {})
-        )
-        return tuple(shapes[t.name] for t in program.outputs)
+        shapes = self._shapes(args_.sizes_of_shapes(self.interface, input_shapes, self._input_dims))
+        return tuple(shapes[t.name] for t in self.interface.outputs)
 
     def _shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         """Output and temporary shapes for these sizes, after checking the call-time requirements
@@ -296,6 +288,7 @@ class Kernel:
             _, evicted = cache.popitem(last=False)
             # a fast path must not keep evicted machine code alive (called with the lock held)
             self._fast = {k: f for k, f in self._fast.items() if f.spec is not evicted}
+            self._native = None
 
     def _compute_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
         for evaluate, requirement in self._requirements:

@@ -1,0 +1,144 @@
+"""emit: the checked-call protocol → LLVM IR (one native entry that checks a call's arrays against a signature's plan and runs its phases).
+
+A cached call of a small kernel repeats a signature that passed every check before. Checking it
+again in Python costs microseconds; here one function, compiled once per process, reads the
+argument objects themselves (CPython tuples, NumPy arrays: their object layouts, which
+runtime/nativecall.py verifies at load before it uses this code) and compares them with a *plan*,
+an i64 array built per signature:
+
+* PLAN_ENTRY, PLAN_PARAMS, PLAN_CANCEL: the kernel entry's address, its parameter array, the
+  never-set cancel word; PLAN_PHASES, PLAN_BUFFERS, PLAN_INPUTS, PLAN_OUTPUTS: counts;
+* from word HEADER_WORDS, one RECORD_WORDS record per input then per output: the array type's
+  address, the dtype's descriptor address, the rank, the size in bytes, the pointer-array slot,
+  the flags that must be set, then the shape;
+* then the phases' indices.
+
+It answers -1, having run nothing, when an object differs from its record in any way (type,
+descriptor, rank, shape, flags) or an output's memory meets an input's or an earlier output's:
+the Python path then decides. Otherwise it fills the pointer array with the data addresses and
+runs every phase on the calling thread, answering the first nonzero code, else 0.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .gemm_pack import c64, define_function, loop
+from .values import I8, I32, I64
+
+I8P = I8.as_pointer()
+I64P = I64.as_pointer()
+
+CHECKED_CALL = "tl_checked_call"
+
+PLAN_ENTRY, PLAN_PARAMS, PLAN_CANCEL = 0, 1, 2
+PLAN_PHASES, PLAN_BUFFERS, PLAN_INPUTS, PLAN_OUTPUTS = 3, 4, 5, 6
+HEADER_WORDS = 8
+REC_TYPE, REC_DESCR, REC_RANK, REC_NBYTES, REC_SLOT, REC_FLAGS, REC_SHAPE = 0, 1, 2, 3, 4, 5, 6
+MAX_RANK = 10
+RECORD_WORDS = REC_SHAPE + MAX_RANK
+MAX_BUFFERS = 64  # the pointer array lives on the stack
+
+# object layouts (64-bit CPython, NumPy's PyArrayObject_fields): byte offsets
+OB_TYPE = 8
+TUPLE_SIZE, TUPLE_ITEMS = 16, 24
+ARRAY_DATA, ARRAY_RANK, ARRAY_SHAPE, ARRAY_DESCR, ARRAY_FLAGS = 16, 24, 32, 56, 64
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _at(b: ir.IRBuilder, obj, offset: int, ty: ir.Type = I64):
+    """The `ty` field at a byte offset of an object."""
+    return b.load(b.bitcast(b.gep(obj, [c64(offset)], inbounds=True), ty.as_pointer()))
+
+
+def define_checked_call(module: ir.Module) -> ir.Function:
+    """`i64 tl_checked_call(i64* plan, i8* inputs, i8* outputs, i64* error)`: inputs and outputs
+    are tuples of arrays."""
+    entry_ty = ir.FunctionType(I32, [I8P, I8P, I8P, I64, I64, I64, I8P, I8P])
+    fn = define_function(
+        module, CHECKED_CALL, I64, [I64P, I8P, I8P, I64P], ["plan", "inputs", "outputs", "error"], "external"
+    )
+    plan, inputs, outputs, error = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("start"))
+    mismatch = fn.append_basic_block("mismatch")
+
+    def word(index):
+        return b.load(b.gep(plan, [index if isinstance(index, ir.Value) else c64(index)], inbounds=True))
+
+    def require(condition, name: str) -> None:
+        ok = fn.append_basic_block(name)
+        b.cbranch(condition, ok, mismatch)
+        b.position_at_end(ok)
+
+    n_inputs, n_outputs = word(PLAN_INPUTS), word(PLAN_OUTPUTS)
+    require(b.icmp_signed("==", _at(b, inputs, TUPLE_SIZE), n_inputs), "inputs.count")
+    require(b.icmp_signed("==", _at(b, outputs, TUPLE_SIZE), n_outputs), "outputs.count")
+    pointers = b.alloca(I64, c64(MAX_BUFFERS), name="pointers")
+    spans = b.alloca(I64, c64(2 * MAX_BUFFERS), name="spans")  # [start, stop) of each array so far
+    with loop(b, 0, c64(MAX_BUFFERS), name="clear") as i:
+        b.store(c64(0), b.gep(pointers, [i]))
+    tensors = b.add(n_inputs, n_outputs)
+    with loop(b, 0, tensors, name="t") as t:
+        is_output = b.icmp_signed(">=", t, n_inputs)
+        tuple_ = b.select(is_output, outputs, inputs)
+        item = b.select(is_output, b.sub(t, n_inputs), t)
+        item_at = b.bitcast(b.gep(tuple_, [c64(TUPLE_ITEMS)], inbounds=True), I8P.as_pointer())
+        obj = b.load(b.gep(item_at, [item]))
+        record = b.add(c64(HEADER_WORDS), b.mul(t, c64(RECORD_WORDS)))
+
+        def field(i: int):
+            return word(b.add(record, c64(i)))
+
+        require(b.icmp_signed("==", _at(b, obj, OB_TYPE), field(REC_TYPE)), "type")
+        require(b.icmp_signed("==", _at(b, obj, ARRAY_DESCR), field(REC_DESCR)), "descr")
+        rank = field(REC_RANK)
+        require(b.icmp_signed("==", b.sext(_at(b, obj, ARRAY_RANK, I32), I64), rank), "rank")
+        flags, wanted = b.sext(_at(b, obj, ARRAY_FLAGS, I32), I64), field(REC_FLAGS)
+        require(b.icmp_signed("==", b.and_(flags, wanted), wanted), "flags")
+        shape = b.bitcast(_at(b, obj, ARRAY_SHAPE, I8P), I64P)
+        with loop(b, 0, rank, name="d") as d:
+            extent = b.load(b.gep(shape, [d]))
+            require(b.icmp_signed("==", extent, word(b.add(b.add(record, c64(REC_SHAPE)), d))), "extent")
+        start = _at(b, obj, ARRAY_DATA)
+        stop = b.add(start, field(REC_NBYTES))
+        # an output meets no input and no earlier output (inputs may share memory: only read)
+        with loop(b, 0, b.select(is_output, t, c64(0)), name="u") as u:
+            other_start = b.load(b.gep(spans, [b.mul(u, c64(2))]))
+            other_stop = b.load(b.gep(spans, [b.add(b.mul(u, c64(2)), c64(1))]))
+            meets = b.and_(b.icmp_unsigned("<", start, other_stop), b.icmp_unsigned("<", other_start, stop))
+            require(b.not_(meets), "apart")
+        b.store(start, b.gep(spans, [b.mul(t, c64(2))]))
+        b.store(stop, b.gep(spans, [b.add(b.mul(t, c64(2)), c64(1))]))
+        b.store(start, b.gep(pointers, [field(REC_SLOT)]))
+
+    kernel = b.inttoptr(word(PLAN_ENTRY), entry_ty.as_pointer())
+    params = b.inttoptr(word(PLAN_PARAMS), I8P)
+    cancel = b.inttoptr(word(PLAN_CANCEL), I8P)
+    buffers = b.bitcast(pointers, I8P)
+    phases_at = b.add(c64(HEADER_WORDS), b.mul(tensors, c64(RECORD_WORDS)))
+    failed = fn.append_basic_block("failed")
+    with loop(b, 0, word(PLAN_PHASES), name="p") as p:
+        phase = word(b.add(phases_at, p))
+        code = b.call(
+            kernel,
+            [
+                buffers,
+                params,
+                b.bitcast(error, I8P),
+                phase,
+                c64(INT64_MIN),
+                c64(INT64_MAX),
+                ir.Constant(I8P, None),
+                cancel,
+            ],
+        )
+        ran = fn.append_basic_block("ran")
+        b.cbranch(b.icmp_signed("!=", code, ir.Constant(I32, 0)), failed, ran)
+        b.position_at_end(ran)
+    b.ret(c64(0))
+    b.position_at_end(failed)
+    b.ret(b.sext(code, I64))  # `failed` is entered only from the block that made `code`
+    b.position_at_end(mismatch)
+    b.ret(c64(-1))
+    return fn

@@ -1,0 +1,271 @@
+"""runtime: a FastCall and its input signature → NativeCall, the repeated small call checked and run by one native entry.
+
+FastCall (fastcall.py) already skips binding, shape inference and the phase bookkeeping, but
+still checks each array in Python and calls the kernel through ctypes once per phase: about
+5 µs for an 8-element add. Here the checks and the phases run in `tl_checked_call`
+(emit/callentry.py), compiled once per process (from the disk cache when it is there), against a
+plan of the signature built once; Python only picks the output arrays and makes one ctypes call.
+
+The native code reads CPython tuples and NumPy arrays at fixed offsets. Before it is ever used,
+`_layout_holds` reads those offsets on sample objects and compares what it finds with what
+Python reports (data address, rank, shape, descriptor, flags, tuple items); where anything
+differs (another NumPy, a debug build), there is no NativeCall and FastCall does the work.
+Only FastCalls that run inline (every phase on the calling thread, no scratch memory) and
+allocate no temporaries get one: kernels small enough for the call's cost to matter.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..emit.callentry import (
+    ARRAY_DATA,
+    ARRAY_DESCR,
+    ARRAY_FLAGS,
+    ARRAY_RANK,
+    ARRAY_SHAPE,
+    CHECKED_CALL,
+    HEADER_WORDS,
+    MAX_BUFFERS,
+    MAX_RANK,
+    OB_TYPE,
+    PLAN_BUFFERS,
+    PLAN_CANCEL,
+    PLAN_ENTRY,
+    PLAN_INPUTS,
+    PLAN_OUTPUTS,
+    PLAN_PARAMS,
+    PLAN_PHASES,
+    REC_DESCR,
+    REC_FLAGS,
+    REC_NBYTES,
+    REC_RANK,
+    REC_SHAPE,
+    REC_SLOT,
+    REC_TYPE,
+    RECORD_WORDS,
+    TUPLE_ITEMS,
+    TUPLE_SIZE,
+)
+
+C_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x100, 0x400  # NumPy's NPY_ARRAY_* flag bits
+
+# (plan, inputs, outputs, error) → -1 (not this signature), 0, or the kernel's error code. The GIL
+# stays held: only kernels that run inline (small ones) come here, and the objects are read.
+_SIGNATURE = ctypes.PYFUNCTYPE(
+    ctypes.c_int64, ctypes.c_void_p, ctypes.py_object, ctypes.py_object, ctypes.c_void_p
+)
+
+
+def _address(obj: object) -> int:
+    """Where an object lives (a py_object's storage is the object's address)."""
+    return ctypes.c_void_p.from_buffer(ctypes.py_object(obj)).value
+
+
+def _word(address: int, offset: int) -> int:
+    return ctypes.c_int64.from_address(address + offset).value
+
+
+def _int32(address: int, offset: int) -> int:
+    return ctypes.c_int32.from_address(address + offset).value
+
+
+def _array_reads_as(array: np.ndarray) -> bool:
+    at = _address(array)
+    flags = array.flags
+    expected = (
+        (C_CONTIGUOUS, flags.c_contiguous),
+        (ALIGNED, flags.aligned),
+        (WRITEABLE, flags.writeable),
+    )
+    shape_at = _word(at, ARRAY_SHAPE)
+    return (
+        _word(at, OB_TYPE) == _address(np.ndarray)
+        and _word(at, ARRAY_DATA) == array.__array_interface__["data"][0]
+        and _int32(at, ARRAY_RANK) == array.ndim
+        and all(_word(shape_at, 8 * d) == n for d, n in enumerate(array.shape))
+        and _word(at, ARRAY_DESCR) == _address(array.dtype)
+        and all(bool(_int32(at, ARRAY_FLAGS) & bit) == value for bit, value in expected)
+    )
+
+
+def _layout_holds() -> bool:
+    """Whether tuples and arrays sit in memory as emit/callentry.py reads them."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    grid = np.arange(35, dtype=np.float32).reshape(5, 7)
+    frozen = np.ones(3)
+    frozen.setflags(write=False)
+    samples = (grid, grid[:, ::2], grid[1:], frozen, np.empty((0, 4), np.int64), np.zeros((), np.float64))
+    pair = (grid, frozen)
+    return (
+        all(_array_reads_as(a) for a in samples)
+        and _word(_address(pair), TUPLE_SIZE) == 2
+        and _word(_address(pair), TUPLE_ITEMS + 8) == _address(frozen)
+        # arrays of a builtin dtype share its descriptor, which the plan records
+        and _address(np.empty(2, np.float32).dtype) == _address(np.dtype(np.float32))
+    )
+
+
+class _Code:
+    """tl_checked_call's machine code (compiled once, kept in the disk cache), never freed."""
+
+    def __init__(self):
+        import llvmlite.ir as ir
+
+        from ..emit.callentry import define_checked_call
+        from ..lowering import disk_cache
+        from ..lowering.jit import _lock, compile_module, load_object, optimise
+
+        key = disk_cache.cache_key("checked-call", record_words=RECORD_WORDS, header=HEADER_WORDS)
+        cached = disk_cache.load(key)
+        address = 0
+        if cached is not None:
+            try:
+                with _lock:
+                    self.engine, self.ref = load_object(cached[0])
+                    address = self.engine.get_function_address(CHECKED_CALL)
+            except RuntimeError:  # LLVM rejected it: compile and overwrite
+                address = 0
+        if not address:
+            module = ir.Module(name="tl_checked_call")
+            define_checked_call(module)
+            with _lock:
+                self.ref = optimise(module)
+                self.engine, data = compile_module(self.ref)
+                address = self.engine.get_function_address(CHECKED_CALL)
+            disk_cache.store(key, data, {"kind": "checked-call"})
+        self.call = _SIGNATURE(address)
+
+
+_code: _Code | None = None
+_code_failed = False
+_code_lock = threading.Lock()
+
+
+def _checked_call():
+    """The native entry as a ctypes function, or None where it cannot be used."""
+    global _code, _code_failed
+    if _code is None and not _code_failed:
+        with _code_lock:
+            if _code is None and not _code_failed:
+                try:
+                    if _layout_holds():
+                        _code = _Code()
+                        ctypes.pythonapi.Py_IncRef(ctypes.py_object(_code))  # outlives module teardown
+                except Exception:  # noqa: BLE001 — no native entry: FastCall does the work
+                    _code = None
+                _code_failed = _code is None
+    return _code.call if _code is not None else None
+
+
+_errors = threading.local()
+
+
+def _error_record() -> tuple[np.ndarray, int]:
+    """This thread's error record: the kernel writes it only when it fails, and the caller reads
+    it before this thread calls again."""
+    record = getattr(_errors, "record", None)
+    if record is None:
+        error = np.zeros(4, dtype=np.int64)
+        record = _errors.record = (error, error.ctypes.data)
+    return record
+
+
+class NativeCall:
+    """One signature's plan and the native entry that checks a call against it and runs it."""
+
+    def __init__(self, fast, input_shapes: Sequence[tuple[int, ...]], input_dtypes: Sequence[np.dtype], call):
+        spec = fast.spec
+        self.fast = fast  # holds the machine code the plan points into
+        self.call = call
+        self.outputs = fast.outputs
+        self.output_names = fast.output_names
+        self.made = tuple((shape, dtype) for _, shape, dtype in fast.allocations)
+        self.single = len(self.outputs) == 1
+        from .parallel import _NEVER_ADDRESS
+
+        tensors = [
+            (slot, shape, np.dtype(dtype), C_CONTIGUOUS | ALIGNED)
+            for slot, shape, dtype in zip(fast.input_slots, input_shapes, input_dtypes)
+        ] + [
+            (slot, shape, dtype, C_CONTIGUOUS | ALIGNED | WRITEABLE)
+            for slot, shape, dtype in fast.allocations
+        ]
+        plan = np.zeros(HEADER_WORDS + RECORD_WORDS * len(tensors) + len(spec.plans), np.int64)
+        plan[PLAN_ENTRY] = ctypes.cast(spec.code.entry, ctypes.c_void_p).value
+        plan[PLAN_PARAMS] = spec.params_address
+        plan[PLAN_CANCEL] = _NEVER_ADDRESS
+        plan[PLAN_PHASES] = len(spec.plans)
+        plan[PLAN_BUFFERS] = fast.buffer_count
+        plan[PLAN_INPUTS] = len(fast.input_slots)
+        plan[PLAN_OUTPUTS] = len(fast.allocations)
+        for i, (slot, shape, dtype, flags) in enumerate(tensors):
+            record = plan[HEADER_WORDS + RECORD_WORDS * i :]
+            record[REC_TYPE] = _address(np.ndarray)
+            record[REC_DESCR] = _address(np.dtype(dtype))
+            record[REC_RANK] = len(shape)
+            record[REC_NBYTES] = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            record[REC_SLOT] = slot
+            record[REC_FLAGS] = flags
+            record[REC_SHAPE : REC_SHAPE + len(shape)] = shape
+        plan[HEADER_WORDS + RECORD_WORDS * len(tensors) :] = [p.index for p in spec.plans]
+        self.plan = plan
+        self.plan_address = plan.ctypes.data
+
+    def run(self, inputs: tuple, out: object) -> tuple[int, np.ndarray, object] | None:
+        """As FastCall.run: (code, error details, result), or None having run nothing when this
+        call is not of this signature or `out` is not one of the simple forms."""
+        if out is None:
+            if self.single:
+                shape, dtype = self.made[0]
+                made = (np.empty(shape, dtype),)
+            else:
+                made = tuple([np.empty(shape, dtype) for shape, dtype in self.made])
+        elif type(out) is dict:
+            if self.single:
+                if len(out) != 1 or (array := out.get(self.outputs[0])) is None:
+                    return None
+                made = (array,)
+            else:
+                if not out.keys() <= self.output_names:
+                    return None
+                made = tuple(
+                    [
+                        np.empty(shape, dtype) if (given := out.get(name)) is None else given
+                        for name, (shape, dtype) in zip(self.outputs, self.made)
+                    ]
+                )
+        elif type(out) is np.ndarray and self.single:
+            made = (out,)
+        elif type(out) in (tuple, list) and len(out) == len(self.outputs):
+            made = tuple(
+                [
+                    np.empty(shape, dtype) if given is None else given
+                    for given, (shape, dtype) in zip(out, self.made)
+                ]
+            )
+        else:
+            return None
+        error, error_address = _error_record()
+        code = self.call(self.plan_address, inputs, made, error_address)
+        if code < 0:
+            return None
+        return code, error, made[0] if self.single else made
+
+
+def native_call(fast, input_shapes, input_dtypes) -> NativeCall | None:
+    """The NativeCall of a FastCall, or None where it takes FastCall's path."""
+    if (
+        not fast.inline
+        or len(fast.allocations) != len(fast.outputs)
+        or fast.buffer_count > MAX_BUFFERS
+        or any(len(s) > MAX_RANK for s in (*input_shapes, *(a[1] for a in fast.allocations)))
+    ):
+        return None
+    call = _checked_call()
+    return NativeCall(fast, input_shapes, input_dtypes, call) if call is not None else None
