@@ -87,7 +87,9 @@ def test_run_time_errors_from_the_native_path_are_located():
     k(table, np.array([3, 0], np.int32))
     k(table, np.array([1, 2], np.int32))
     assert k._native is not None
-    with pytest.raises(tl.ArgumentError, match=r"index 4 out of range for dimension 0 of T in T\(I\(b\), d\)"):
+    with pytest.raises(
+        tl.ArgumentError, match=r"index 4 out of range for dimension 0 of T in T\(I\(b\), d\)"
+    ):
         k(table, np.array([1, 4], np.int32))
     np.testing.assert_array_equal(k(table, np.array([2, 2], np.int32)), table[[2, 2]])
 
@@ -164,7 +166,19 @@ def _argument(draw, kind: str, shape: tuple[int, ...], base: np.ndarray):
     raise AssertionError(kind)
 
 
-KINDS = ["plain", "plain", "float64", "strided", "offset", "read-only", "fortran", "shape", "rank", "subclass", "list"]
+KINDS = [
+    "plain",
+    "plain",
+    "float64",
+    "strided",
+    "offset",
+    "read-only",
+    "fortran",
+    "shape",
+    "rank",
+    "subclass",
+    "list",
+]
 
 
 @settings(max_examples=60, deadline=None)
@@ -183,6 +197,7 @@ def test_native_calls_match_the_full_path(m, n, a_kind, b_kind, out_form, out_ki
     a0, b0 = r.standard_normal((m, n)).astype(np.float32), r.standard_normal(n).astype(np.float32)
     k(a0, b0)
     k(a0, b0)  # the signature is now checked natively
+
     def arguments():  # fresh every time: an out= aliasing an input changes that input
         a = _argument(data.draw, a_kind, (m, n), a0)
         b = _argument(data.draw, b_kind, (n,), b0)
