@@ -267,8 +267,8 @@ class KernelPlan:
                 for r in ranges:
                     points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
                 # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns
-                # at 230 GFLOP/s): with MIN_PARALLEL_WORK, GEMMs from about 2^25 multiply-adds
-                # split over threads (sgemm 256 on 2 threads was 25% slower than on 1; 384 gains)
+                # at 230 GFLOP/s); a GEMM team splits from less work than other phases
+                # (runtime/parallel.GEMM_TEAM_DISCOUNT: from about 2^23 multiply-adds)
                 work += points // 128 if name in self.contractions or name in self.convolutions else points
             span = None
             if decision.split is Split.OUTER_LOOP and not decision.folded:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -47,12 +48,17 @@ from ..planning.runs import PhasePlan
 from . import native_pool
 from .native_pool import current_cpu as _current_cpu
 from .native_pool import move_off as _move_off
+from .stalls import SmallTeams
 from .teams import Teams, whole_call_table
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
 # costs some 50 µs; a quarter million simple instances take about as long as a few dispatches)
 MIN_PARALLEL_WORK = 1 << 18
+# a GEMM team is worth threads from MIN_PARALLEL_WORK / GEMM_TEAM_DISCOUNT (a multiply-add counts
+# 1/128, planning/plan.py: from 2^23 of them, ~200³): its dispatch and stage ends cost ~15-30 µs;
+# 1 thread → 2 here, steady state: 160³ 57 → 56 µs, 192³ 71 → 61, 224³ 127 → 94, 256³ 154 → 105
+GEMM_TEAM_DISCOUNT = 4
 # statement instances of a whole call from which a serial call runs on a pool thread, so that the
 # main thread stays interruptible: tens of milliseconds of work, because the hand-over and the
 # waiting thread's wake-ups cost about 0.1 ms (measured: 10% of a 512³ sgemm when it was 2^22);
@@ -183,6 +189,7 @@ class Workspaces:
 
 _teams = Teams()
 renew_after_fork(_teams)
+_small_teams = SmallTeams()  # small GEMM teams that stalled run on one thread for a while
 
 
 class _Claims:
@@ -293,14 +300,20 @@ def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     return chunks((lo, hi, step), parts)
 
 
+def worth_threads(plan: PhasePlan) -> bool:
+    """Whether the phase has enough work to split across threads (GEMM teams from less)."""
+    gemm_team = plan.team and not plan.loop_team
+    return plan.work >= (MIN_PARALLEL_WORK // GEMM_TEAM_DISCOUNT if gemm_team else MIN_PARALLEL_WORK)
+
+
 _inline_error = threading.local()
 
 
 def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
     """Whether run_phases runs every phase on the calling thread whatever the thread count:
-    each phase below MIN_PARALLEL_WORK, the whole below WATCHED_WORK (an interrupt is then
-    delivered when the call returns). Such calls may use run_inline, with no scratch memory."""
-    return all(p.work < MIN_PARALLEL_WORK for p in plans) and sum(p.work for p in plans) < WATCHED_WORK
+    no phase worth threads, the whole below WATCHED_WORK (an interrupt is then delivered when
+    the call returns). Such calls may use run_inline, with no scratch memory."""
+    return not any(map(worth_threads, plans)) and sum(p.work for p in plans) < WATCHED_WORK
 
 
 def run_inline(entry, buffers: int, params: int, plans: tuple[PhasePlan, ...]) -> tuple[int, np.ndarray]:
@@ -357,7 +370,7 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
             table = whole_call_table(
                 plans,
                 threads,
-                lambda p: p.work >= MIN_PARALLEL_WORK,
+                worth_threads,
                 lambda p: p.work // p.barriers >= TEAM_STEP_WORK,
                 chunks,
                 CHUNK_WORK,
@@ -399,14 +412,14 @@ def _run_phases(
         if whole_call is not None:
             team, busy = whole_call
             pieces = [(team[1], t) for t in range(threads)]
-        elif threads > 1 and plan.work >= MIN_PARALLEL_WORK:
+        elif threads > 1 and worth_threads(plan):
             if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
                 if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
                     busy = _team_busy
                     team = _teams.take(threads, TEAM_HEADER)
                     pieces = [(team[1], t) for t in range(threads)]
-            elif plan.team:  # every thread calls the phase with the shared block as lo
-                team = _teams.take(threads)
+            elif plan.team and not (plan.work < MIN_PARALLEL_WORK and _small_teams.resting()):
+                team = _teams.take(threads)  # every thread calls the phase with the block as lo
                 pieces = [(team[1], 0)] * threads
             elif plan.loop_range is not None:
                 pieces = chunks(plan.loop_range, threads)
@@ -429,9 +442,12 @@ def _run_phases(
                     (buffers_for(ws), ws, _ranges(plan, lo, hi)) for (lo, hi), (_, ws) in zip(pieces, leased)
                 ]
                 shared = claims.parts if claims is not None else None
+                start = time.perf_counter()
                 code, err = native_pool.run(
                     native, entry, params, plan.index, jobs, shared, not watched, _current_cpu(), team is None
                 )
+                if plan.team and busy is None and plan.work < MIN_PARALLEL_WORK:  # a small GEMM team
+                    _small_teams.timed(plan.work, time.perf_counter() - start)
             finally:
                 native.busy.release()
                 if team is not None:
