@@ -249,7 +249,15 @@ def _corpus_inputs(case, rng):
     return inputs
 
 
-@pytest.mark.parametrize("case", CORPUS["cases"], ids=lambda c: c["name"])
+# the corpus cases whose finite differences take 3-6 s each: in the slow tier (`-m slow`)
+HEAVY_GRADIENTS = ("wavenet1", "group_normalization_single_kernel", "func_4fcrelu")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c["name"] in HEAVY_GRADIENTS else c for c in CORPUS["cases"]],
+    ids=lambda c: c["name"],
+)
 def test_corpus_gradients(case):
     source = as_double(case["tc"])
     try:
