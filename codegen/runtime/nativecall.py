@@ -10,8 +10,9 @@ The native code reads CPython tuples and NumPy arrays at fixed offsets. Before i
 `_layout_holds` reads those offsets on sample objects and compares what it finds with what
 Python reports (data address, rank, shape, descriptor, flags, tuple items); where anything
 differs (another NumPy, a debug build), there is no NativeCall and FastCall does the work.
-Only FastCalls that run inline (every phase on the calling thread, no scratch memory) and
-allocate no temporaries get one: kernels small enough for the call's cost to matter.
+Only FastCalls that run inline (every phase on the calling thread, no scratch memory) get one:
+kernels small enough for the call's cost to matter. Their temporaries are allocated per call,
+as FastCall allocates them.
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ class NativeCall:
         self.outputs = fast.outputs
         self.output_names = fast.output_names
         self.made = tuple((shape, dtype) for _, shape, dtype in fast.allocations)
-        self.single = len(self.outputs) == 1
+        # one output and no temporary: the common case, with the fewest steps
+        self.single = len(self.made) == 1
+        self.no_temporaries = (None,) * (len(self.made) - len(self.outputs))
         from .parallel import _NEVER_ADDRESS
 
         tensors = [
@@ -234,35 +237,33 @@ class NativeCall:
             else:
                 if not out.keys() <= self.output_names:
                     return None
-                made = tuple(
-                    [
-                        np.empty(shape, dtype) if (given := out.get(name)) is None else given
-                        for name, (shape, dtype) in zip(self.outputs, self.made)
-                    ]
-                )
-        elif type(out) is np.ndarray and self.single:
-            made = (out,)
+                made = self._with_temporaries([out.get(name) for name in self.outputs])
+        elif type(out) is np.ndarray and len(self.outputs) == 1:
+            made = (out,) if self.single else self._with_temporaries([out])
         elif type(out) in (tuple, list) and len(out) == len(self.outputs):
-            made = tuple(
-                [
-                    np.empty(shape, dtype) if given is None else given
-                    for given, (shape, dtype) in zip(out, self.made)
-                ]
-            )
+            made = self._with_temporaries(out)
         else:
             return None
         error, error_address = _error_record()
         code = self.call(self.plan_address, inputs, made, error_address)
         if code < 0:
             return None
-        return code, error, made[0] if self.single else made
+        return code, error, made[0] if len(self.outputs) == 1 else made[: len(self.outputs)]
+
+    def _with_temporaries(self, given: Sequence[np.ndarray | None]) -> tuple[np.ndarray, ...]:
+        """The outputs given (None: allocate one), then the temporaries, all allocated."""
+        return tuple(
+            [
+                np.empty(shape, dtype) if array is None else array
+                for array, (shape, dtype) in zip([*given, *self.no_temporaries], self.made)
+            ]
+        )
 
 
 def native_call(fast, input_shapes, input_dtypes) -> NativeCall | None:
     """The NativeCall of a FastCall, or None where it takes FastCall's path."""
     if (
         not fast.inline
-        or len(fast.allocations) != len(fast.outputs)
         or fast.buffer_count > MAX_BUFFERS
         or any(len(s) > MAX_RANK for s in (*input_shapes, *(a[1] for a in fast.allocations)))
     ):
