@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ..host import gemm_blocking, gemm_workspace_layout
 from ..host.blocking import ELEMENT_BYTES
 
@@ -32,6 +34,7 @@ WHOLE_SPLIT = 1  # each thread runs its [lo, hi) of the outer loop, WHOLE_SPAN a
 WHOLE_TEAM = 2  # a loop team: every thread calls the phase with lo = the block, hi = its index
 
 
+@functools.cache  # host facts: the same for the whole process (asked on every team call)
 def gemm_team_bytes() -> int:
     """Bytes of the shared block: the header of counters, each on its own cache line, then one
     packed panel of B (the larger of the two precisions' panels, so that one size fits either)."""

@@ -21,6 +21,7 @@ import atexit
 import ctypes
 import os
 import platform
+import struct
 import sys
 import threading
 
@@ -31,6 +32,7 @@ from ..emit.workers import (
     RUN,
     SLOT_BYTES,
     SLOT_CODE,
+    SLOT_CPU,
     SLOT_DONE,
     SLOT_ERROR,
     SLOT_JOB,
@@ -46,18 +48,27 @@ from ..emit.workers import (
 )
 from ..lowering.status import ERROR_CANCELLED
 
+_I32 = struct.Struct("<i")
+_JOB = struct.Struct("<14q")  # SLOT_JOB through SLOT_CPU
+_PEERS = struct.Struct("<5q")  # SLOT_PEERS through SLOT_OWN_COUNTER
+_HEAD = struct.Struct("<9q")  # the cancel word through SHARED_COUNTER (the words between: unused)
+_PAIR = struct.Struct("<2q")
+# run() writes each slot's words in two runs: SLOT_JOB through SLOT_CPU, SLOT_PEERS through the own counter
+assert SLOT_RANGES == SLOT_JOB + 9 * 8 and SLOT_CPU == SLOT_JOB + 13 * 8
+assert SLOT_NPEERS == SLOT_PEERS + 8 and SLOT_OWN_COUNTER == SLOT_PEERS + 4 * 8
 POLL_NS = 50_000_000  # how long a waiting caller sleeps between looks for signal handlers
 _FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 
 _W = 8  # bytes per word
 _MAX_WORKERS = 64
-# the pool's header, before the slots (i64 word indices): the running call's cancel word (an i32),
-# the counter of a shared list of ranges, and that list (COMMON_PAIRS pairs fit)
+# the pool's header, before the slots: the running call's cancel word (an i32) and the counter of
+# a shared list of ranges (i64 word indices), and that list (a byte offset; COMMON_PAIRS pairs fit)
 CANCEL_WORD = 0
 SHARED_COUNTER = 8
 COMMON_LIST = 128
 HEADER_BYTES = 4096
 COMMON_PAIRS = (HEADER_BYTES - COMMON_LIST) // 16
+assert CANCEL_WORD == 0 and SHARED_COUNTER == 8 and COMMON_LIST >= 9 * _W  # run() clears words 0-8
 
 
 def _supported() -> int | None:
@@ -172,6 +183,10 @@ class Pool:
         self.header = (start + 63) // 64 * 64  # the call's cancel word, the shared counter
         self._base = self.header + HEADER_BYTES
         self.all_words = self._buf[self.header - start :].view(np.int64)  # header, then the slots
+        # the same bytes for struct.pack_into (a few writes per piece and call: cheaper than
+        # numpy's slice assignments), at byte offset address - self._origin
+        self.mem = memoryview(self._buf)
+        self._origin = start
         self.threads = 0  # workers started
         self.seq = 0
 
@@ -186,7 +201,11 @@ class Pool:
         return self.all_words[self.word_base(i) : self.word_base(i + 1)]
 
     def code_of(self, i: int) -> int:
-        return self.all_words.view(np.int32)[(self.word_base(i) * _W + SLOT_CODE) // 4]
+        return _I32.unpack_from(self.mem, self.slot(i) + SLOT_CODE - self._origin)[0]
+
+    def put(self, layout: struct.Struct, address: int, *values: int) -> None:
+        """Write `values` as `layout` at `address` (inside the pool's memory)."""
+        layout.pack_into(self.mem, address - self._origin, *values)
 
     def entry_address(self, entry) -> int:
         """The machine address of a kernel entry (a ctypes function), remembered on the entry
@@ -203,10 +222,12 @@ class Pool:
         count = len(ranges)
         room = COMMON_PAIRS if common else SLOT_PAIRS
         if count <= room:
-            at = (COMMON_LIST // _W) if common else self.word_base(i) + SLOT_LIST // _W
-            flat = [v for pair in ranges for v in pair]
-            self.all_words[at : at + 2 * count] = flat
-            return (self.header + at * _W), count
+            at = (self.header + COMMON_LIST) if common else self.slot(i) + SLOT_LIST
+            if count == 1:
+                self.put(_PAIR, at, *ranges[0])
+            else:
+                self.put(struct.Struct(f"<{2 * count}q"), at, *(v for pair in ranges for v in pair))
+            return at, count
         pairs = np.asarray(ranges, dtype=np.int64).reshape(-1)
         keep.append(pairs)
         return pairs.ctypes.data, count
@@ -297,8 +318,8 @@ def run(
     whose lists fit the slots)."""
     address = pool.entry_address(entry)
     words = pool.all_words
-    words[CANCEL_WORD] = 0  # i32 cancel word and padding: one i64
-    words[SHARED_COUNTER] = 0
+    cancel = pool.header + CANCEL_WORD * _W
+    pool.put(_HEAD, cancel, *([0] * 9))  # the i32 cancel word (and its padding), the shared counter
     keep = []
     offset = 0 if inline else 1
     shared_list = None
@@ -308,18 +329,17 @@ def run(
     peers = len(pieces) if steal and shared is None else 0
     for i, (buffers, ws, ranges) in enumerate(pieces):
         slot = i + offset
-        base = pool.word_base(slot)
+        at = pool.slot(slot)
         if shared_list is None:
             pairs, count = pool.ranges(slot, ranges, keep)
-            counter = pool.slot(slot) + SLOT_OWN_COUNTER
-            words[base + SLOT_OWN_COUNTER // _W] = 0
+            counter = at + SLOT_OWN_COUNTER
         else:
             (pairs, count), counter = shared_list, pool.header + SHARED_COUNTER * _W
-        job = base + SLOT_JOB // _W
-        words[job : job + 9] = (address, buffers, params, pool.slot(slot) + SLOT_ERROR, phase, 0, 0, ws,
-                                pool.header + CANCEL_WORD * _W)  # fmt: skip
-        words[base + SLOT_RANGES // _W : base + SLOT_CODE // _W + 2] = (pairs, count, counter, 0, cpu)
-        words[base + SLOT_PEERS // _W : base + SLOT_NPEERS // _W + 1] = (first, peers)
+        # the job (SLOT_JOB: the entry and its 8 arguments) through SLOT_CPU, then SLOT_PEERS
+        # through the own counter (zeroed; the two words between them are unused)
+        pool.put(_JOB, at + SLOT_JOB, address, buffers, params, at + SLOT_ERROR, phase, 0, 0, ws, cancel,
+                 pairs, count, counter, 0, cpu)  # fmt: skip
+        pool.put(_PEERS, at + SLOT_PEERS, first, peers, 0, 0, 0)
     posted = []
     for slot in range(1, len(pieces) + offset):
         pool.seq += 1

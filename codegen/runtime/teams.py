@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes
 from ..planning.runs import PhasePlan
 
 
@@ -26,27 +27,28 @@ class Teams:
         self._idle: list[tuple[np.ndarray, int]] = []
         self._lock = threading.Lock()
         self.views: dict[int, np.ndarray] = {}  # aligned address of a block → its bytes from there
+        self._headers: dict[int, np.ndarray] = {}  # aligned address → its header's i64 words
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
 
     def take(self, threads: int, nbytes: int | None = None) -> tuple[np.ndarray, int]:
         """A block of `nbytes` (None: a GEMM team's), its header cleared, TEAM_SIZE = threads."""
-        from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes  # host facts: on first use
-
         nbytes = gemm_team_bytes() if nbytes is None else nbytes
         with self._lock:
             while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
-                self.views.pop(self._idle.pop()[1], None)  # made for another blocking
+                address = self._idle.pop()[1]  # made for another blocking
+                self.views.pop(address, None)
+                self._headers.pop(address, None)
             block = self._idle.pop() if self._idle else None
         if block is None:
             buf = np.empty(nbytes + 64, dtype=np.uint8)
             address = (buf.ctypes.data + 63) // 64 * 64
             block = (buf, address)
             self.views[address] = buf[address - buf.ctypes.data :]  # from the aligned start
-        buf, address = block
-        header = self.views[address][:TEAM_HEADER].view(np.int64)
-        header[:] = 0
+            self._headers[address] = self.views[address][:TEAM_HEADER].view(np.int64)
+        header = self._headers[block[1]]
+        header.fill(0)
         header[TEAM_SIZE // 8] = threads
         return block
 
