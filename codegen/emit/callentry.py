@@ -8,9 +8,10 @@ an i64 array built per signature:
 
 * PLAN_ENTRY, PLAN_PARAMS, PLAN_CANCEL: the kernel entry's address, its parameter array, the
   never-set cancel word; PLAN_PHASES, PLAN_BUFFERS, PLAN_INPUTS, PLAN_OUTPUTS: counts;
-* from word HEADER_WORDS, one RECORD_WORDS record per input then per output: the array type's
+* from word HEADER_WORDS, one RECORD_WORDS record per input then per output: the object type's
   address, the dtype's descriptor address, the rank, the size in bytes, the pointer-array slot,
-  the flags that must be set, then the shape;
+  the flags that must be set, the kind (an array, or a 0-d input given as a number), then the
+  shape;
 * then the phases' indices.
 
 It answers -1, having run nothing, when an object differs from its record in any way (type,
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from .gemm_pack import c64, define_function, loop
-from .values import I8, I32, I64
+from .gemm_pack import c64, declare_intrinsic, define_function, loop
+from .values import F32, F64, I8, I32, I64
 
 I8P = I8.as_pointer()
 I64P = I64.as_pointer()
@@ -34,8 +35,12 @@ CHECKED_CALL = "tl_checked_call"
 PLAN_ENTRY, PLAN_PARAMS, PLAN_CANCEL = 0, 1, 2
 PLAN_PHASES, PLAN_BUFFERS, PLAN_INPUTS, PLAN_OUTPUTS = 3, 4, 5, 6
 HEADER_WORDS = 8
-REC_TYPE, REC_DESCR, REC_RANK, REC_NBYTES, REC_SLOT, REC_FLAGS, REC_SHAPE = 0, 1, 2, 3, 4, 5, 6
-MAX_RANK = 10
+REC_TYPE, REC_DESCR, REC_RANK, REC_NBYTES, REC_SLOT, REC_FLAGS, REC_KIND, REC_SHAPE = 0, 1, 2, 3, 4, 5, 6, 7
+MAX_RANK = 9
+# what a record describes: an array; a number whose value the object holds at NUMBER_VALUE in the
+# input's type (a NumPy scalar of that dtype, a Python float for a double); a Python float
+# rounded to a float32 here
+KIND_ARRAY, KIND_INLINE, KIND_NARROWED = 0, 1, 2
 RECORD_WORDS = REC_SHAPE + MAX_RANK
 MAX_BUFFERS = 64  # the pointer array lives on the stack
 
@@ -43,6 +48,7 @@ MAX_BUFFERS = 64  # the pointer array lives on the stack
 OB_TYPE = 8
 TUPLE_SIZE, TUPLE_ITEMS = 16, 24
 ARRAY_DATA, ARRAY_RANK, ARRAY_SHAPE, ARRAY_DESCR, ARRAY_FLAGS = 16, 24, 32, 56, 64
+NUMBER_VALUE = 16  # a Python float's double, a NumPy scalar's value
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -50,6 +56,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 def _at(b: ir.IRBuilder, obj, offset: int, ty: ir.Type = I64):
     """The `ty` field at a byte offset of an object."""
     return b.load(b.bitcast(b.gep(obj, [c64(offset)], inbounds=True), ty.as_pointer()))
+
+
+def _fabs(module: ir.Module) -> ir.Function:
+    return declare_intrinsic(module, "llvm.fabs.f64", F64, [F64])
 
 
 def define_checked_call(module: ir.Module) -> ir.Function:
@@ -76,6 +86,7 @@ def define_checked_call(module: ir.Module) -> ir.Function:
     require(b.icmp_signed("==", _at(b, outputs, TUPLE_SIZE), n_outputs), "outputs.count")
     pointers = b.alloca(I64, c64(MAX_BUFFERS), name="pointers")
     spans = b.alloca(I64, c64(2 * MAX_BUFFERS), name="spans")  # [start, stop) of each array so far
+    numbers = b.alloca(I64, c64(MAX_BUFFERS), name="numbers")  # Python floats rounded to float32
     with loop(b, 0, c64(MAX_BUFFERS), name="clear") as i:
         b.store(c64(0), b.gep(pointers, [i]))
     tensors = b.add(n_inputs, n_outputs)
@@ -91,6 +102,15 @@ def define_checked_call(module: ir.Module) -> ir.Function:
             return word(b.add(record, c64(i)))
 
         require(b.icmp_signed("==", _at(b, obj, OB_TYPE), field(REC_TYPE)), "type")
+        kind = field(REC_KIND)
+        array_case, number_case = fn.append_basic_block("array"), fn.append_basic_block("number")
+        inline_case, narrowed_case = fn.append_basic_block("inline"), fn.append_basic_block("narrowed")
+        checked = fn.append_basic_block("checked")
+        b.cbranch(b.icmp_signed("==", kind, c64(KIND_ARRAY)), array_case, number_case)
+        b.position_at_end(number_case)
+        b.cbranch(b.icmp_signed("==", kind, c64(KIND_INLINE)), inline_case, narrowed_case)
+
+        b.position_at_end(array_case)
         require(b.icmp_signed("==", _at(b, obj, ARRAY_DESCR), field(REC_DESCR)), "descr")
         rank = field(REC_RANK)
         require(b.icmp_signed("==", b.sext(_at(b, obj, ARRAY_RANK, I32), I64), rank), "rank")
@@ -100,7 +120,34 @@ def define_checked_call(module: ir.Module) -> ir.Function:
         with loop(b, 0, rank, name="d") as d:
             extent = b.load(b.gep(shape, [d]))
             require(b.icmp_signed("==", extent, word(b.add(b.add(record, c64(REC_SHAPE)), d))), "extent")
-        start = _at(b, obj, ARRAY_DATA)
+        array_start, array_from = _at(b, obj, ARRAY_DATA), b.block
+        b.branch(checked)
+
+        b.position_at_end(inline_case)  # a NumPy scalar, or a Python float for a double: in place
+        inline_start = b.add(b.ptrtoint(obj, I64), c64(NUMBER_VALUE))
+        b.branch(checked)
+
+        b.position_at_end(narrowed_case)  # a Python float for a float32: rounded, never to inf or 0
+        wide = _at(b, obj, NUMBER_VALUE, F64)
+        narrow = b.fptrunc(wide, F32)
+        infinity = ir.Constant(F64, float("inf"))
+        overflow = b.and_(
+            b.fcmp_ordered("!=", b.call(_fabs(module), [wide]), infinity),
+            b.fcmp_ordered("==", b.call(_fabs(module), [b.fpext(narrow, F64)]), infinity),
+        )
+        underflow = b.and_(b.fcmp_unordered("!=", wide, ir.Constant(F64, 0.0)),
+                           b.fcmp_ordered("==", narrow, ir.Constant(F32, 0.0)))  # fmt: skip
+        require(b.not_(b.or_(overflow, underflow)), "representable")
+        slot = b.gep(numbers, [t])
+        b.store(narrow, b.bitcast(slot, F32.as_pointer()))
+        narrowed_start, narrowed_from = b.ptrtoint(slot, I64), b.block
+        b.branch(checked)
+
+        b.position_at_end(checked)
+        start = b.phi(I64, name="start")
+        start.add_incoming(array_start, array_from)
+        start.add_incoming(inline_start, inline_case)
+        start.add_incoming(narrowed_start, narrowed_from)
         stop = b.add(start, field(REC_NBYTES))
         # an output meets no input and no earlier output (inputs may share memory: only read)
         with loop(b, 0, b.select(is_output, t, c64(0)), name="u") as u:

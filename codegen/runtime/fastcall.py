@@ -18,6 +18,7 @@ call) get one: the behaviour is the full path's.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ class FastCall:
     outputs: tuple[str, ...]  # the outputs' names, in the def's order
     input_shapes: tuple[tuple[int, ...], ...] = ()  # the signature: each input's shape and dtype
     input_dtypes: tuple[np.dtype, ...] = ()
+    # (index, PYTHON_FLOAT or NUMPY_SCALAR) of each 0-d input given as a number, not an array
+    scalars: tuple[tuple[int, str], ...] = ()
 
     @functools.cached_property
     def native(self):
@@ -73,6 +76,12 @@ class FastCall:
         given = self._out_arrays(out)
         if given is None:
             return None
+        if self.scalars:
+            inputs = list(inputs)
+            for i, _ in self.scalars:
+                inputs[i] = scalar_as_array(inputs[i], self.input_dtypes[i])
+                if inputs[i] is None:
+                    return None
         try:  # a pointer array of this signature not in use (a signal handler's call may nest)
             pointers, pointers_address = self._pointer_arrays.pop()
         except IndexError:
@@ -186,17 +195,44 @@ def fast_call(
     )
 
 
+PYTHON_FLOAT, NUMPY_SCALAR = "float", "scalar"  # a 0-d input's key when it is not an array
+
+
 def signature(inputs: Sequence[object], dtypes: Sequence[np.dtype]) -> tuple | None:
-    """The input shapes, when every input is a C-contiguous NumPy array of its declared dtype:
-    the key of a kernel's FastCalls."""
+    """The key of a kernel's FastCalls: each input's shape when it is a C-contiguous NumPy array
+    of its declared dtype; PYTHON_FLOAT for a Python float given to a floating-point input;
+    NUMPY_SCALAR for a NumPy scalar of exactly the declared dtype (a 0-d input takes both; the
+    full path decides that once, for the signature)."""
     if len(inputs) != len(dtypes):
         return None
     key = []
     for value, dtype in zip(inputs, dtypes):
-        if type(value) is not np.ndarray or value.dtype != dtype or not value.flags.c_contiguous:
+        kind = type(value)
+        if kind is np.ndarray:
+            if value.dtype != dtype or not value.flags.c_contiguous:
+                return None
+            key.append(value.shape)
+        elif kind is float and dtype.kind == "f":
+            key.append(PYTHON_FLOAT)
+        elif kind is dtype.type and kind is not np.ndarray:
+            key.append(NUMPY_SCALAR)
+        else:
             return None
-        key.append(value.shape)
     return tuple(key)
+
+
+def scalar_as_array(value: object, dtype: np.dtype) -> np.ndarray | None:
+    """A 0-d array holding a Python float or NumPy scalar, or None where the full path must
+    judge it (a float the dtype cannot represent: it reports)."""
+    if type(value) is not float:
+        return np.asarray(value)
+    with np.errstate(over="ignore", under="ignore"):
+        array = np.array(value, dtype)
+    # as arguments._python_number: a finite number becoming inf, or a non-zero one 0, is an error
+    held = float(array)
+    if (held in (np.inf, -np.inf) and value not in (np.inf, -np.inf)) or (held == 0.0 and value != 0.0):
+        return None
+    return array
 
 
 def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> FastCall | None:
@@ -212,10 +248,15 @@ def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> Fa
             for t in tensors
         ]
 
-    return fast_call(
+    fast = fast_call(
         spec,
         tuple(sizes[s] for s in interface.sizes),
-        [(t.name, shape, np.dtype(t.dtype.numpy_name)) for t, shape in zip(interface.inputs, input_shapes)],
+        [
+            (t.name, () if isinstance(shape, str) else shape, np.dtype(t.dtype.numpy_name))
+            for t, shape in zip(interface.inputs, input_shapes)
+        ],
         described(interface.outputs),
         described(interface.temporaries),
     )
+    scalars = tuple((i, shape) for i, shape in enumerate(input_shapes) if isinstance(shape, str))
+    return dataclasses.replace(fast, scalars=scalars) if fast is not None and scalars else fast

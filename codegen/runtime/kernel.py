@@ -243,7 +243,7 @@ class Kernel:
             for t in program.outputs
         )
         key = None if keyword_sizes else fastcall.signature(inputs, self._input_dtypes)
-        if key is not None and all(a is v for a, v in zip(arrays, inputs)):
+        if key is not None and all(a is v for a, v in zip(arrays, inputs) if type(v) is np.ndarray):
             fast = fastcall.for_call(spec, program, sizes, shapes, key)
             with self._cache_lock:
                 if fast is not None and any(s is spec for s in self._cache.values()):  # not evicted

@@ -31,8 +31,12 @@ from ..emit.callentry import (
     ARRAY_SHAPE,
     CHECKED_CALL,
     HEADER_WORDS,
+    KIND_ARRAY,
+    KIND_INLINE,
+    KIND_NARROWED,
     MAX_BUFFERS,
     MAX_RANK,
+    NUMBER_VALUE,
     OB_TYPE,
     PLAN_BUFFERS,
     PLAN_CANCEL,
@@ -43,6 +47,7 @@ from ..emit.callentry import (
     PLAN_PHASES,
     REC_DESCR,
     REC_FLAGS,
+    REC_KIND,
     REC_NBYTES,
     REC_RANK,
     REC_SHAPE,
@@ -52,6 +57,7 @@ from ..emit.callentry import (
     TUPLE_ITEMS,
     TUPLE_SIZE,
 )
+from .fastcall import NUMPY_SCALAR, PYTHON_FLOAT
 
 C_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x100, 0x400  # NumPy's NPY_ARRAY_* flag bits
 
@@ -109,7 +115,24 @@ def _layout_holds() -> bool:
         and _word(_address(pair), TUPLE_ITEMS + 8) == _address(frozen)
         # arrays of a builtin dtype share its descriptor, which the plan records
         and _address(np.empty(2, np.float32).dtype) == _address(np.dtype(np.float32))
+        and all(_holds(number, ctype) for number, ctype in _NUMBERS)
     )
+
+
+# numbers and how their objects hold their values at NUMBER_VALUE
+_NUMBERS = (
+    (-2.5, ctypes.c_double),
+    (np.float64(0.1), ctypes.c_double),
+    (np.float32(-3.25), ctypes.c_float),
+    (np.int32(-7), ctypes.c_int32),
+    (np.int64(2**40 + 3), ctypes.c_int64),
+    (np.uint8(200), ctypes.c_uint8),
+    (np.bool_(True), ctypes.c_bool),
+)
+
+
+def _holds(number: object, ctype) -> bool:
+    return ctype.from_address(_address(number) + NUMBER_VALUE).value == number
 
 
 class _Code:
@@ -192,11 +215,12 @@ class NativeCall:
         self.no_temporaries = (None,) * (len(self.made) - len(self.outputs))
         from .parallel import _NEVER_ADDRESS
 
+        numbers = dict(fast.scalars)
         tensors = [
-            (slot, shape, np.dtype(dtype), C_CONTIGUOUS | ALIGNED)
-            for slot, shape, dtype in zip(fast.input_slots, input_shapes, input_dtypes)
+            (slot, shape, np.dtype(dtype), C_CONTIGUOUS | ALIGNED, numbers.get(i))
+            for i, (slot, shape, dtype) in enumerate(zip(fast.input_slots, input_shapes, input_dtypes))
         ] + [
-            (slot, shape, dtype, C_CONTIGUOUS | ALIGNED | WRITEABLE)
+            (slot, shape, dtype, C_CONTIGUOUS | ALIGNED | WRITEABLE, None)
             for slot, shape, dtype in fast.allocations
         ]
         plan = np.zeros(HEADER_WORDS + RECORD_WORDS * len(tensors) + len(spec.plans), np.int64)
@@ -207,9 +231,12 @@ class NativeCall:
         plan[PLAN_BUFFERS] = fast.buffer_count
         plan[PLAN_INPUTS] = len(fast.input_slots)
         plan[PLAN_OUTPUTS] = len(fast.allocations)
-        for i, (slot, shape, dtype, flags) in enumerate(tensors):
+        for i, (slot, shape, dtype, flags, number) in enumerate(tensors):
             record = plan[HEADER_WORDS + RECORD_WORDS * i :]
-            record[REC_TYPE] = _address(np.ndarray)
+            record[REC_KIND] = number_kind(number, dtype)
+            record[REC_TYPE] = _address(
+                {PYTHON_FLOAT: float, NUMPY_SCALAR: dtype.type}.get(number, np.ndarray)
+            )
             record[REC_DESCR] = _address(np.dtype(dtype))
             record[REC_RANK] = len(shape)
             record[REC_NBYTES] = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -260,10 +287,21 @@ class NativeCall:
         )
 
 
+def number_kind(number: str | None, dtype: np.dtype) -> int | None:
+    """How the native entry reads an input given as `number` (fastcall's key; None: an array),
+    or None where it cannot (a Python float for a half-precision input)."""
+    if number is None:
+        return KIND_ARRAY
+    if number == NUMPY_SCALAR or dtype == np.float64:
+        return KIND_INLINE
+    return KIND_NARROWED if dtype == np.float32 else None
+
+
 def native_call(fast, input_shapes, input_dtypes) -> NativeCall | None:
     """The NativeCall of a FastCall, or None where it takes FastCall's path."""
     if (
-        not fast.inline
+        any(number_kind(number, input_dtypes[i]) is None for i, number in fast.scalars)
+        or not fast.inline
         or fast.buffer_count > MAX_BUFFERS
         or any(len(s) > MAX_RANK for s in (*input_shapes, *(a[1] for a in fast.allocations)))
     ):

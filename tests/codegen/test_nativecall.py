@@ -255,3 +255,57 @@ def test_temporaries_are_allocated_per_call(monkeypatch):
     monkeypatch.undo()  # one array for two outputs: the Python checks report it
     with pytest.raises(tl.ArgumentError):
         k(a, out=o)
+
+
+AXPY = "def axpy(float a, float(N) x, float(N) y) -> (z) { z(i) = a * x(i) + y(i) }"
+SCALE64 = "def s(double a, double(N) x) -> (z) { z(i) = a * x(i) }"
+
+
+@pytest.mark.parametrize(
+    "source, warm_with, numbers",
+    [
+        (AXPY, 2.5, (1.5, -0.0, float("inf"), 1e-45, 3.4e38)),
+        (AXPY, np.float32(2.5), (np.float32(-7.25), np.float32(1e-45))),
+        (SCALE64, 0.3, (0.1, 1e-320, 1e300)),
+        (SCALE64, np.float64(0.3), (np.float64(-2.0),)),
+    ],
+    ids=["float32-python", "float32-numpy", "float64-python", "float64-numpy"],
+)
+def test_numbers_for_0d_inputs_take_the_native_path(source, warm_with, numbers, monkeypatch):
+    k = tl.compile(source)
+    dtype = np.float32 if source == AXPY else np.float64
+    x, y = np.linspace(-1, 1, 9).astype(dtype), np.ones(9, dtype)
+    args = (x, y) if source == AXPY else (x,)
+    k(warm_with, *args)
+    k(warm_with, *args)
+    assert k._native is not None and k._native.scalars
+    _no_python_fast_path(monkeypatch)
+    for a in numbers:
+        with np.errstate(invalid="ignore"):  # inf * 0
+            want = dtype(a) * x + (y if source == AXPY else 0)
+        np.testing.assert_array_equal(k(a, *args), want)
+    if source == AXPY and type(warm_with) is float:
+        assert np.isnan(k(float("nan"), *args)).all()
+
+
+NUMBERS = [
+    0.0, -0.0, 1.0, 0.1, 1e-40, 1e-45, 1e-46, 1e-50, 3.4e38, 3.5e38, 1e300,
+    float("inf"), float("-inf"), 2, True, np.float32(1.25), np.float64(1.25), np.int32(3),
+    np.array(1.5, np.float32), np.array([1.5], np.float32), "1.5", None,
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("number", NUMBERS, ids=repr)
+@pytest.mark.parametrize("warm_with", [2.0, np.float32(2.0)], ids=["float", "float32"])
+def test_numbers_match_the_full_path(number, warm_with):
+    k = tl.compile(AXPY)
+    x, y = np.arange(5, dtype=np.float32), np.full(5, 0.5, np.float32)
+    k(warm_with, x, y)
+    k(warm_with, x, y)
+    fast = _outcome(lambda: k(number, x, y))
+    full = _outcome(lambda: _full_path(k, number, x, y))
+    assert fast[0] == full[0], (fast, full)
+    if fast[0] == "error":
+        assert fast == full
+    else:
+        np.testing.assert_array_equal(fast[1][0], full[1][0])
