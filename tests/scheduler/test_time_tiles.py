@@ -46,6 +46,7 @@ class Band:
     coincident: tuple[bool, ...]
     schedule: str  # the band's partial schedule
     child: str | None  # the partial schedule of a band right below it
+    below: str = ""  # the partial schedules of the chain of bands below it
 
 
 def _bands(tree: isl.Schedule) -> list[Band]:
@@ -55,11 +56,16 @@ def _bands(tree: isl.Schedule) -> list[Band]:
         if node.get_type() == isl.schedule_node_type.band:
             child = node.child(0) if node.n_children() else None
             below = child is not None and child.get_type() == isl.schedule_node_type.band
+            chain = []
+            while child is not None and child.get_type() == isl.schedule_node_type.band:
+                chain.append(str(child.band_get_partial_schedule()))
+                child = child.child(0) if child.n_children() else None
             found.append(
                 Band(
                     tuple(bool(node.band_member_get_coincident(m)) for m in range(node.band_n_member())),
                     str(node.band_get_partial_schedule()),
-                    str(child.band_get_partial_schedule()) if below else None,
+                    chain[0] if below else None,
+                    " ".join(chain),
                 )
             )
         return node
@@ -69,10 +75,19 @@ def _bands(tree: isl.Schedule) -> list[Band]:
 
 
 def _time_tile_bands(schedule) -> list[Band]:
-    """Tile bands of time tiles: a band whose child band runs the tile's points, time first."""
+    """Tile bands of time tiles: a band whose first member numbers the time tiles (t - t mod
+    size, or in a wavefront floor(t / size) + ...) above the bands of the tile's points."""
     return [
-        b for b in _bands(schedule.tree) if b.child is not None and "-> [((t) mod" in b.child.split("}, {")[0]
+        b
+        for b in _bands(schedule.tree)
+        if b.child is not None
+        and any(f in b.schedule.split("}, {")[0] for f in ("(t - (t) mod", "floor((t)/"))
     ]
+
+
+def _jam_bands(schedule) -> list[Band]:
+    """Bands of groups of time steps inside a tile (_jam_steps): (t, s) tiled by (steps, 1)."""
+    return [b for b in _bands(schedule.tree) if b.child is not None and "-> [(0)]" in b.child]
 
 
 @pytest.mark.parametrize("name", STENCILS)
@@ -91,6 +106,17 @@ def test_on_threads_the_tile_loops_are_a_wavefront(name):
         assert "floor((t)/" in band.schedule  # T + I in tile numbers
 
 
+@pytest.mark.parametrize("threads", (1, 2))
+def test_a_2d_tile_runs_its_steps_four_at_a_time_row_by_row(threads):
+    """jacobi-2d's point loops (t, t + i, t + j) become (t / 4, t + i, t, t + j); the j member
+    stays innermost, below; not for Gauss-Seidel (its inner wavefront), fdtd (its distributed
+    body), 1-d or 3-d stencils."""
+    (jam,) = _jam_bands(_schedule("jacobi2d", threads=threads))
+    assert "((t) mod 4)" in jam.child and "(t + j)" not in jam.child
+    for name in ("jacobi1d", "heat3d", "seidel2d", "fdtd"):
+        assert not _jam_bands(_schedule(name, threads=threads)), name
+
+
 def test_a_single_thread_keeps_the_tile_loops_in_lexicographic_order():
     for band in _time_tile_bands(_schedule("jacobi2d", threads=1)):
         assert not any(band.coincident)
@@ -98,7 +124,7 @@ def test_a_single_thread_keeps_the_tile_loops_in_lexicographic_order():
 
 def test_explicit_sizes_are_used():
     (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(3, 5, 7)))
-    text = band.child
+    text = band.below
     assert "mod 3" in text and "mod 5" in text and "mod 7" in text
 
 
@@ -121,7 +147,7 @@ def test_auto_sizes_fit_half_the_l2_cache():
 
 def test_one_size_fewer_leaves_the_innermost_member_untiled():
     (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(4, 8)))
-    assert "mod 4" in band.child and "mod 8" in band.child and "(t + j)" not in band.child
+    assert "mod 4" in band.below and "mod 8" in band.below and "(t + j) mod" not in band.below
 
 
 def test_plain_bands_are_not_time_tiled():
@@ -165,7 +191,39 @@ def test_a_gauss_seidel_chain_runs_a_wavefront_inside_the_tile():
     """seidel-2d reads B(t, i, j - 1): its innermost member carries a dependence, so the last two
     point loops become (i + j, i) with the innermost coincident; jacobi's stay (i, j)."""
     (seidel,) = _time_tile_bands(_schedule("seidel2d", threads=1))
-    assert "mod 32 + (2t + i + j) mod" in seidel.child
+    assert "mod 32 + (2t + i + j) mod" in seidel.below
     for name in ("jacobi2d", "heat3d"):
         for band in _time_tile_bands(_schedule(name, threads=1)):
-            assert " + (" not in band.child.replace("((t + ", "")  # no sum of two point members
+            assert " + (" not in band.below.replace("((t + ", "").replace("(t) mod 4) + (", "")
+
+
+JAM_SHAPES = ((37, 41), (67, 53), (11, 131))
+JAM_OPTIONS = [  # steps run 4 at a time inside 16-, 8- and 12-step tiles; rows of 1-3 vectors
+    pytest.param(tl.Options(threads=1), JAM_SHAPES, marks=pytest.mark.slow),
+    pytest.param(tl.Options(threads=2), JAM_SHAPES, marks=pytest.mark.slow),
+    pytest.param(tl.Options(threads=1, band_tiles=(None, (8, 4, 64))), JAM_SHAPES, marks=pytest.mark.slow),
+    pytest.param(tl.Options(threads=2, band_tiles=(None, (12, 8, 2048))), JAM_SHAPES, marks=pytest.mark.slow),
+    (tl.Options(threads=2, band_tiles=(None, (8, 4, 2048))), ((67, 53),)),  # each shape: ~3 s of compiling
+]
+
+
+@pytest.mark.parametrize(
+    "options,shapes",
+    JAM_OPTIONS,
+    ids=lambda o: f"threads={o.threads},tiles={o.band_tiles}" if isinstance(o, tl.Options) else "",
+)
+def test_steps_run_together_match_the_untransformed_kernel(options, shapes):
+    """jacobi-2d with several groups of steps per tile and several tiles, rows long enough to
+    run as vectors: equal to the untransformed kernel and to NumPy (_jam_steps)."""
+    src, ref, _ = CASES["jacobi2d"]
+    kernel = tl.compile(src, options=options)
+    reference = tl.compile(src, options=tl.Options(optimize=False))
+    rng = np.random.default_rng(4)
+    for shape in shapes:
+        for steps in (1, 2, 5, 23):
+            args = _args("", shape, steps, rng)
+            got = kernel(*args)
+            np.testing.assert_allclose(
+                got, reference(*args), rtol=1e-6, atol=1e-6, err_msg=f"{shape} T={steps}"
+            )
+            np.testing.assert_allclose(got, ref(*args), rtol=2e-5, atol=2e-5, err_msg=f"{shape} T={steps}")
