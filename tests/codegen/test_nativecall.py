@@ -309,3 +309,23 @@ def test_numbers_match_the_full_path(number, warm_with):
         assert fast == full
     else:
         np.testing.assert_array_equal(fast[1][0], full[1][0])
+
+
+def test_forked_child_runs_the_native_call():
+    import multiprocessing
+
+    k = _compiled()
+    a, b = np.ones((3, 4), np.float32), np.arange(4, dtype=np.float32)
+    k(a, b)
+    k(a, b)
+    assert k._native is not None
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        got = pool.apply(_call_in_child, (a * 2, b))
+    np.testing.assert_array_equal(got, a * 2 * b)
+
+
+def _call_in_child(a, b):
+    k = _compiled()
+    assert k._native is not None  # inherited: the parent's machine code and plan
+    return k(a, b)
