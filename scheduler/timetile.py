@@ -98,7 +98,10 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
 # time steps per tile: each row is read from memory once per tile instead of once per step, but
 # more steps make more partial tiles at the edges of the skewed domain
 _STEPS = 16
-# time steps of a 2-d stencil's tile run together, row by row (_jam_steps)
+# time steps of a 2-d stencil's tile run together, row by row (_jam_steps). Only for a single
+# statement's rows: the same grouping measured nothing for fdtd-2d (three fields' rows per step
+# overflow L1: 13.4 ms either way) and made heat-3d 120^3 slower (12.8 -> 15.0 ms); jacobi-2d
+# 4000^2 (rows of 8 KB, strips of 2048) runs 3-4 % slower with it, 1000^2 about 12 % faster
 _JAM_STEPS = 4
 # strip width of a 2-d stencil's stride-1 member (with the inner wavefront: _CHAIN_STRIP)
 _STRIP = 2048
