@@ -53,7 +53,10 @@ class ContractionPlan:
     outer: tuple[str, ...]
 
 
-def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
+def _operands(st: ir.Statement, descending: bool = False) -> tuple[Operand, Operand, Operand] | None:
+    """`C += X·Y` as (C, X, Y) with affine subscripts; subscripts that step backwards along a
+    variable (`h - kh`) only with `descending` (the direct convolution walks any strides; the
+    GEMM path's packing does not)."""
     rhs = st.rhs
     if st.op != "+" or not isinstance(rhs, ir.Binary) or rhs.op != "*" or not rhs.dtype.is_float:
         return None
@@ -69,7 +72,7 @@ def _operands(st: ir.Statement) -> tuple[Operand, Operand, Operand] | None:
         forms = tuple(ir.affine_form(i) for i in r.indices)
         if any(f is None for f in forms):
             return None
-        if any(c < 0 for f in forms for name, c in f.coeffs if name in st.all_indices):
+        if not descending and any(c < 0 for f in forms for name, c in f.coeffs if name in st.all_indices):
             return None
         ops.append(Operand(r.tensor, forms))
     c = Operand(st.tensor, tuple(ir.AffineForm(((v, 1),), 0) for v in st.indices))

@@ -241,7 +241,7 @@ def plan_convolution(scop: Scop, stmt: PolyStatement, sizes: Mapping[str, int] |
     rhs = st.rhs
     if isinstance(rhs, ir.Select) and isinstance(rhs.if_false, ir.Const) and rhs.if_false.value == 0:
         guard, st = rhs.cond, replace(st, rhs=rhs.if_true)  # `cond ? I·W : 0`: padding
-    found = _operands(st)
+    found = _operands(st, descending=True)  # `h - kh`: a transposed convolution (an input gradient)
     if found is None:
         return None
     out, a, b = found
