@@ -310,9 +310,8 @@ _inline_error = threading.local()
 
 
 def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
-    """Whether run_phases runs every phase on the calling thread whatever the thread count:
-    no phase worth threads, the whole below WATCHED_WORK (an interrupt is then delivered when
-    the call returns). Such calls may use run_inline, with no scratch memory."""
+    """Whether run_phases runs every phase on the calling thread whatever the thread count (no
+    phase worth threads, the whole below WATCHED_WORK): such calls may use run_inline."""
     return not any(map(worth_threads, plans)) and sum(p.work for p in plans) < WATCHED_WORK
 
 
@@ -362,6 +361,8 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
     """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
     for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
     its parts taken in turn let a thread that starts late take fewer."""
+    if threads < 2 or any(p.team and not p.barriers for p in plans):  # no table (and no hashing)
+        return None
     key = (plans, threads)
     table = _tables.get(key, False)
     if table is False:  # the same plans give the same table: made once (a dozen µs)
