@@ -8,9 +8,11 @@ process's, or OpenBLAS's, which spin about 0.1 s after each NumPy call on severa
 thread). For a small team (less work than parallel.MIN_PARALLEL_WORK: sgemm from about 208³ to
 320³) the second thread gains tens of microseconds, so a call that took STALL_FACTOR times its
 phase's fastest team call makes small teams run on one thread for REST_S; larger teams always
-run on all threads (their gain is larger and a stall costs them relatively less). Before a
-phase has a fast call on record (its first calls may stall too), the reference is its serial
-time by the cost model (SECONDS_PER_WORK: a work unit is 128 packed-GEMM multiply-adds).
+run on all threads (their gain is larger and a stall costs them relatively less). A phase's
+first team call is only recorded (it starts the workers, faults its pages in); later ones are
+judged against the fastest on record or, if less, the serial time by the cost model
+(SECONDS_PER_WORK: a work unit is 128 packed-GEMM multiply-adds), since the first calls after a
+NumPy matmul all stall.
 """
 
 from __future__ import annotations
@@ -36,13 +38,10 @@ class SmallTeams:
 
     def timed(self, work: int, seconds: float) -> None:
         """Record a team call of this phase work that took `seconds`."""
-        reference = work * SECONDS_PER_WORK
         fastest = self._fastest.get(work)
         if fastest is None or seconds < fastest:
             if len(self._fastest) >= _KEPT:
                 self._fastest.clear()
             self._fastest[work] = seconds
-        else:
-            reference = min(reference, fastest)
-        if seconds > STALL_FACTOR * reference:
+        if fastest is not None and seconds > STALL_FACTOR * min(fastest, work * SECONDS_PER_WORK):
             self._rest_until = time.perf_counter() + REST_S

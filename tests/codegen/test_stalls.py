@@ -23,13 +23,16 @@ def test_a_call_far_slower_than_the_fastest_starts_a_rest(monkeypatch):
     assert not teams.resting()
 
 
-def test_a_first_call_is_judged_by_the_cost_model(monkeypatch):
-    teams = stalls.SmallTeams()
+def test_a_first_call_is_recorded_then_calls_are_judged_by_the_cost_model_too():
+    """The first call (cold) is not judged; a slow first call does not hide later stalls."""
     work = 1 << 17
-    teams.timed(work, 3 * work * stalls.SECONDS_PER_WORK)
-    assert not teams.resting()
+    serial = work * stalls.SECONDS_PER_WORK
     teams = stalls.SmallTeams()
-    teams.timed(work, 5 * work * stalls.SECONDS_PER_WORK)
+    teams.timed(work, 50 * serial)
+    assert not teams.resting()
+    teams.timed(work, 3 * serial)  # faster than the first, within 4x the serial estimate
+    assert not teams.resting()
+    teams.timed(work, 5 * serial)  # slower than 4x the serial estimate (the fastest: 3x)
     assert teams.resting()
     teams = stalls.SmallTeams()
     for _ in range(100):  # bounded memory
