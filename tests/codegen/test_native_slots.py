@@ -36,6 +36,9 @@ def captured(monkeypatch):
     return seen, a, c, out, k
 
 
+_POOLS: list = []  # as the runtime's own pool, the pools made here outlive their workers
+
+
 def _ranges(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
     bounds = [lo + (hi - lo) * p // parts for p in range(parts + 1)]
     return [(bounds[p], bounds[p + 1]) for p in range(parts)]
@@ -47,6 +50,7 @@ def test_every_range_runs_once(captured, parts, shared):
     seen, a, c, out, _ = captured
     (plan,) = seen["plans"]
     pool = native_pool.Pool(native_pool._machine_code())
+    _POOLS.append(pool)  # never freed: a stopped worker may still read its slot for a while
     assert pool.reserve(1)
     try:
         (_, ws), (_, ws2) = seen["workspaces"].lease(2)
