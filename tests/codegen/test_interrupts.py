@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHILD = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
+    # Ctrl-C raises KeyboardInterrupt even where this process started with SIGINT ignored (a
+    # shell's background job): Python then leaves SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np
     import tensorlang as tl
 
@@ -139,6 +142,7 @@ def test_interrupt_threaded_gemm(tmp_path):
 SLOW_WORKERS = textwrap.dedent(
     """
     import json, os, signal, threading, time
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in CHILD
     import numpy as np
     from codegen.runtime.parallel import Workspaces, run_phases
     from codegen.planning.plan import PhasePlan
