@@ -311,9 +311,7 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
                 carried = innermost_carries(scop, node)
                 body = None if carried else body_order(scop, node)
                 sizes = options.time_tile or (tile if explicit else auto_sizes(band, carried))
-                node, depth = tile_time_band(
-                    node, sizes, wavefront=threads, inner_carried=carried, body=body, element=band.element
-                )
+                node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried, body=body)
                 for _ in range(depth):
                     node = node.parent()
                 return node

@@ -118,7 +118,6 @@ def tile_time_band(
     wavefront: bool,
     inner_carried: bool = False,
     body: tuple[str, ...] | None = None,
-    element: int = 4,
 ) -> tuple[isl.ScheduleNode, int]:
     """Tile the band at `node` with `sizes`, one per member, the last repeated for missing
     members, except that a band of three or more members given one size fewer than it has
@@ -127,37 +126,8 @@ def tile_time_band(
     member carries a dependence, `innermost_carries`), the last two point loops become a
     wavefront too (_inner_wavefront). With `body` (body_order), the innermost loop is
     distributed over its statements in that order (_distribute). Otherwise a 2-d stencil's
-    point loops run a few time steps together, row by row (_jam_steps), where its rows (of
-    `element`-byte elements) are short enough (_long_rows: the band is then copied under a set
-    node whose two filters are conditions on the sizes, one with groups of steps and one
-    without; a specialised kernel's AST keeps the one its sizes meet). Returns the node of the
+    point loops run a few time steps together, row by row (_jam_steps). Returns the node of the
     point loops and how many levels below the original position it is."""
-    jam = min(_JAM_STEPS, sizes[0])
-    if node.band_n_member() == 3 and not inner_carried and body is None and jam > 1 and sizes[0] % jam == 0:
-        domain = node.get_domain()
-        long = _long_rows(node, (2 * jam + 3) * element)
-        if long.is_empty():
-            return _tile(node, sizes, wavefront, jam=jam), 1
-        if not long.complement().is_empty():
-            filters = isl.UnionSetList.alloc(node.get_ctx(), 2)
-            filters = filters.add(domain.intersect_params(long.complement())).add(
-                domain.intersect_params(long)
-            )
-            split = node.insert_set(filters)
-            split = _tile(split.child(0).child(0), sizes, wavefront, jam=jam).parent().parent().parent()
-            split = _tile(split.child(1).child(0), sizes, wavefront, jam=1).parent().parent().parent()
-            return split, 0
-    points = _tile(node, sizes, wavefront, jam=1)
-    if points.band_n_member() >= 3 and inner_carried:
-        points = _inner_wavefront(points)
-    elif body is not None:
-        points = _distribute(points, body)
-    return points, 1
-
-
-def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool, jam: int) -> isl.ScheduleNode:
-    """The band at `node` tiled as tile_time_band says (with groups of `jam` steps when jam > 1);
-    the node of its point loops, one level below `node`'s position."""
     ctx = node.get_ctx()
     n = members = node.band_n_member()
     if n >= 3 and len(sizes) == n - 1:  # the innermost member untiled
@@ -171,21 +141,14 @@ def _tile(node: isl.ScheduleNode, sizes: tuple[int, ...], wavefront: bool, jam: 
     if wavefront and n >= 2:
         tiles = _wavefront(tiles, sizes)
     points = tiles.child(0)
-    return _jam_steps(points, jam) if members == 3 and jam > 1 else points
-
-
-def _long_rows(node: isl.ScheduleNode, bytes_per_element: int) -> isl.Set:
-    """The sizes (a set of parameter values) for which the band at `node` (members t, ..., t + j)
-    has a row longer than what fits L1 `bytes_per_element` bytes per element: some instance with
-    j beyond cache_size(1) // bytes_per_element. The rows that groups of steps keep in L1 are
-    2 * steps + 3 rows (the input rows of each step's row, and the rows it writes)."""
-    mupa = node.band_get_partial_schedule()
-    row = mupa.get_at(node.band_n_member() - 1).sub(mupa.get_at(0))  # t + j - t: the stride-1 index
-    values = node.get_domain().apply(isl.UnionMap.from_union_pw_aff(row))
-    limit = cache_size(1) // bytes_per_element
-    long = isl.Set.from_union_set(values)
-    long = long.lower_bound_val(isl.dim_type.set, 0, isl.Val.int_from_si(node.get_ctx(), limit))
-    return long.params()
+    jam = min(_JAM_STEPS, sizes[0])
+    if members == 3 and not inner_carried and body is None and jam > 1 and sizes[0] % jam == 0:
+        return _jam_steps(points, jam), 1
+    if n >= 3 and inner_carried:
+        points = _inner_wavefront(points)
+    elif body is not None:
+        points = _distribute(points, body)
+    return points, 1
 
 
 def _jam_steps(points: isl.ScheduleNode, steps: int) -> isl.ScheduleNode:
