@@ -170,6 +170,7 @@ def test_torch_backward_quick(tmp_path):
     assert (tmp_path / "results.md").read_text().startswith("# ")
 
 
+@pytest.mark.slow  # ~20 s of worker processes: the slowest test of the default run
 def test_stencils_quick(tmp_path):
     """Every stencil as a recurrence and as sweep kernels, 2 threads, checked against the
     reference (NumPy slicing; seidel: the untransformed program); the script exits 1 otherwise."""

@@ -187,8 +187,21 @@ OPTION_SETS = [
 ]
 
 
-@pytest.mark.parametrize("name", list(CASES))
-@pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: repr(o)[8:60])
+# the tiled 3-d and Gauss-Seidel cases compile for 5-6 s each: in the slow tier
+_SLOW_OPTION_CASES = {("heat3d", 2), ("seidel2d", 2)}
+
+
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        pytest.param(name, options, marks=pytest.mark.slow)
+        if (name, i) in _SLOW_OPTION_CASES
+        else (name, options)
+        for i, options in enumerate(OPTION_SETS)
+        for name in CASES
+    ],
+    ids=lambda v: repr(v)[8:60] if isinstance(v, tl.Options) else v,
+)
 def test_stencil_options_agree_with_the_untransformed_kernel(name, options):
     _, _, shapes = CASES[name]
     rng = np.random.default_rng(7)

@@ -89,7 +89,7 @@ def test_stencils_match_the_scalar_and_untransformed_kernels(name):
 @pytest.mark.parametrize(
     "options",
     [
-        tl.Options(threads=2),
+        pytest.param(tl.Options(threads=2), marks=pytest.mark.slow),  # ~5 s; team phases test 2 threads
         tl.Options(threads=1, vector_width=256),
         pytest.param(tl.Options(threads=1, vector_width=128), marks=pytest.mark.slow),
         tl.Options(threads=1, specialize=False),

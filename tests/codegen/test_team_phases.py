@@ -276,6 +276,7 @@ def test_a_busy_team_pool_runs_the_phase_on_one_thread(forced):
     assert forced == []
 
 
+@pytest.mark.slow  # ~7 s
 def test_several_python_threads_call_team_kernels_at_once(forced):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -299,6 +299,7 @@ def test_killed_tuner_leaves_a_usable_database():
     assert r.best_s <= r.default_s
 
 
+@pytest.mark.slow  # ~6 s of worker processes (test_executor_dask is slow too)
 def test_executor_process_pool():
     import concurrent.futures as cf
     import multiprocessing as mp
