@@ -153,22 +153,12 @@ def test_switched_off_by_the_environment():
 
 
 @pytest.mark.parametrize("steal", [True, False])
-def test_a_piece_whose_worker_never_starts_is_taken_by_the_caller(steal, monkeypatch):
+def test_a_piece_whose_worker_never_starts_is_taken_by_the_caller(steal, run_phases_calls):
     """Stealing: the caller, done with its own range, runs the untaken range of a worker that
     never ran (its post dropped here); without stealing that range stays undone."""
     import types
 
-    from codegen.runtime import kernel as kernel_module
-
-    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
-    seen = {}
-    real = kernel_module.run_phases
-
-    def spy(entry, buffers_for, params, plans, threads, workspaces):
-        seen.update(entry=entry, buffers_for=buffers_for, params=params, plans=plans, workspaces=workspaces)
-        return real(entry, buffers_for, params, plans, threads, workspaces)
-
-    monkeypatch.setattr(kernel_module, "run_phases", spy)
+    seen = run_phases_calls
     k = tl.compile(ADD, options=tl.Options(threads=2))
     a, c = _inputs([(1009,), (1009,)])
     out = np.full(1009, -7.0, dtype=np.float32)

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-import codegen.runtime.parallel
 import tensorlang as tl
 from codegen.emit.workers import SLOT_PAIRS
 from codegen.runtime import native_pool
@@ -12,21 +11,11 @@ ADD = "def add(float(N) A, float(N) C) -> (B) { B(i) = A(i) + C(i) }"
 
 
 @pytest.fixture
-def captured(monkeypatch):
+def captured(run_phases_calls):
     """A compiled 2-thread add (kept alive: its machine code), what its run_phases was called with."""
-    from codegen.runtime import kernel as kernel_module
-
     if native_pool._machine_code() is None:
         pytest.skip("no native workers on this host")
-    monkeypatch.setattr(codegen.runtime.parallel, "MIN_PARALLEL_WORK", 0)
-    seen = {}
-    real = kernel_module.run_phases
-
-    def spy(entry, buffers_for, params, plans, threads, workspaces):
-        seen.update(entry=entry, buffers_for=buffers_for, params=params, plans=plans, workspaces=workspaces)
-        return real(entry, buffers_for, params, plans, threads, workspaces)
-
-    monkeypatch.setattr(kernel_module, "run_phases", spy)
+    seen = run_phases_calls
     k = tl.compile(ADD, options=tl.Options(threads=2))
     rng = np.random.default_rng(5)
     a, c = rng.standard_normal(2003, dtype=np.float32), rng.standard_normal(2003, dtype=np.float32)
