@@ -315,22 +315,9 @@ class _Kernel:
         if not self.overwrite:  # the kernel runs only with every tap count positive
             accs = nest(b, self.counts, [wp0, *accs], step)[1:]
         else:  # O = Σ I·W: zero where there are no taps
-            pre = b.block
-            run = b.append_basic_block("taps")
-            joined = b.append_basic_block("taps.done")
-            b.cbranch(self.taps_ok, run, joined)
-            b.position_at_end(run)
-            sums = nest(b, self.counts, [wp0, *accs], step)[1:]
-            end = b.block
-            b.branch(joined)
-            b.position_at_end(joined)
-            merged = []
-            for zero, value in zip(accs, sums):
-                phi = b.phi(value.type)
-                phi.add_incoming(zero, pre)
-                phi.add_incoming(value, end)
-                merged.append(phi)
-            accs = merged
+            accs = accumulate_if(
+                b, self.taps_ok, accs, lambda zeros: nest(b, self.counts, [wp0, *zeros], step)[1:]
+            )
         for k, (o0, (_, fvalid)) in enumerate(zip(outs, fbs)):
             self.store_output(b, accs[k * rx : (k + 1) * rx], o0, fvalid, rx, n)
 

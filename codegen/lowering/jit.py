@@ -113,6 +113,36 @@ def load_object(data: bytes) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef]:
     return engine, empty
 
 
+def cached_functions(
+    kind: str, parts: dict[str, object], define: Callable[[ll.Module], object], names: tuple[str, ...]
+) -> tuple[llvm.ExecutionEngine, llvm.ModuleRef, dict[str, int]]:
+    """The addresses of the functions `names` of a module that `define` fills: its machine code
+    from the disk cache (keyed by `kind`, `parts` and the compiler), else compiled and stored
+    there. Keep the engine and the module alive while the functions are used."""
+    from . import disk_cache
+
+    key = disk_cache.cache_key(kind, **parts)
+    cached = disk_cache.load(key)
+    if cached is not None:
+        try:
+            with _lock:
+                engine, ref = load_object(cached[0])
+                addresses = {n: engine.get_function_address(n) for n in names}
+            if all(addresses.values()):
+                return engine, ref, addresses
+        except RuntimeError:  # LLVM rejected it: compile and overwrite
+            pass
+    module = ll.Module(name=kind)
+    define(module)
+    with _lock:
+        ref = optimise(module)
+        engine, data = compile_module(ref)
+        addresses = {n: engine.get_function_address(n) for n in names}
+    if data:
+        disk_cache.store(key, data, {"kind": kind})
+    return engine, ref, addresses
+
+
 def jit(module: ll.Module, vectorize: bool = True) -> MachineCode:
     with _lock:
         ref = optimise(module, vectorize=vectorize)

@@ -8,7 +8,7 @@ specialisation, where each input and allocated array goes in the pointer array, 
 allocate. A call matching it (NumPy arrays of exactly the declared dtypes, C-contiguous, these
 shapes; `out=` arrays that can be written directly; no keyword sizes) then allocates the other
 outputs, fills the pointer array and
-runs the phases: inline (parallel.run_inline) when every phase runs on the calling thread anyway
+runs the phases: inline (run_inline, below) when every phase runs on the calling thread anyway
 and the kernel needs no scratch memory, else through parallel.run_phases with this one pointer
 array for every thread. Only kernels with no relayout, shared storage or temporary kept in a
 thread's workspace, and no output accumulated without initialisation (that warns on every
@@ -20,12 +20,14 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .parallel import run_inline, run_phases, runs_inline
+from ..planning.runs import PhasePlan
+from .parallel import _NEVER_ADDRESS, INT64_MAX, INT64_MIN, run_phases, runs_inline
 from .specialise import Specialisation
 
 _BYTE = ctypes.c_char
@@ -260,3 +262,27 @@ def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> Fa
     )
     scalars = tuple((i, shape) for i, shape in enumerate(input_shapes) if isinstance(shape, str))
     return dataclasses.replace(fast, scalars=scalars) if fast is not None and scalars else fast
+
+
+_inline_error = threading.local()
+
+
+def inline_error_record() -> tuple[np.ndarray, int]:
+    """This thread's error record and its address, reused (written only on an error, read before
+    the thread calls again)."""
+    record = getattr(_inline_error, "record", None)
+    if record is None:
+        error = np.zeros(4, dtype=np.int64)
+        record = _inline_error.record = (error, error.ctypes.data)
+    return record
+
+
+def run_inline(entry, buffers: int, params: int, plans: tuple[PhasePlan, ...]) -> tuple[int, np.ndarray]:
+    """run_phases for plans that `runs_inline` and a kernel without scratch memory, minus the
+    bookkeeping: a cached call of a small kernel is a few microseconds."""
+    error, error_ptr = inline_error_record()
+    for plan in plans:
+        code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, 0, _NEVER_ADDRESS)
+        if code:
+            return code, error
+    return 0, error

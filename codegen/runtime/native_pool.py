@@ -109,47 +109,21 @@ class _Code:
     takes ~0.1 s), loaded once per process and never freed."""
 
     def __init__(self, futex_nr: int):
-        from ..lowering import disk_cache
-        from ..lowering.jit import _lock, load_object
+        from ..emit.workers import define_workers
+        from ..lowering.jit import cached_functions
 
         x86 = platform.machine().lower() in ("x86_64", "amd64")
-        key = disk_cache.cache_key("workers", futex=futex_nr, cancelled=ERROR_CANCELLED, x86=x86)
-        cached = disk_cache.load(key)
-        address = None
-        if cached is not None:
-            try:
-                with _lock:
-                    self.engine, self.ref = load_object(cached[0])
-                    address = self._addresses()
-            except RuntimeError:  # LLVM rejected it: compile and overwrite
-                address = None
-        if address is None or not all(address.values()):
-            data = self._compile(futex_nr, x86)
-            if data:
-                disk_cache.store(key, data, {"kind": "workers"})
-            with _lock:
-                address = self._addresses()
+        self.engine, self.ref, address = cached_functions(
+            "workers",
+            {"futex": futex_nr, "cancelled": ERROR_CANCELLED, "x86": x86},
+            lambda module: define_workers(module, futex_nr, ERROR_CANCELLED, x86),
+            (WORKER, POST, RUN, WAIT),
+        )
         vp, i64 = ctypes.c_void_p, ctypes.c_int64
         self.worker = address[WORKER]
         self.post = ctypes.CFUNCTYPE(None, vp, i64)(address[POST])
         self.run = ctypes.CFUNCTYPE(ctypes.c_int32, vp)(address[RUN])
         self.wait = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64, i64)(address[WAIT])
-
-    def _addresses(self) -> dict[str, int]:
-        return {n: self.engine.get_function_address(n) for n in (WORKER, POST, RUN, WAIT)}
-
-    def _compile(self, futex_nr: int, x86: bool) -> bytes:
-        import llvmlite.ir as ir
-
-        from ..emit.workers import define_workers
-        from ..lowering.jit import _lock, compile_module, optimise
-
-        module = ir.Module(name="tl_workers")
-        define_workers(module, futex_nr, ERROR_CANCELLED, x86)
-        with _lock:
-            self.ref = optimise(module)
-            self.engine, data = compile_module(self.ref)
-        return data
 
 
 _code: _Code | None = None

@@ -57,7 +57,8 @@ from ..emit.callentry import (
     TUPLE_ITEMS,
     TUPLE_SIZE,
 )
-from .fastcall import NUMPY_SCALAR, PYTHON_FLOAT
+from .fastcall import NUMPY_SCALAR, PYTHON_FLOAT, inline_error_record
+from .parallel import _NEVER_ADDRESS
 
 C_CONTIGUOUS, ALIGNED, WRITEABLE = 0x1, 0x100, 0x400  # NumPy's NPY_ARRAY_* flag bits
 
@@ -139,31 +140,14 @@ class _Code:
     """tl_checked_call's machine code (compiled once, kept in the disk cache), never freed."""
 
     def __init__(self):
-        import llvmlite.ir as ir
-
         from ..emit.callentry import define_checked_call
-        from ..lowering import disk_cache
-        from ..lowering.jit import _lock, compile_module, load_object, optimise
+        from ..lowering.jit import cached_functions
 
-        key = disk_cache.cache_key("checked-call", record_words=RECORD_WORDS, header=HEADER_WORDS)
-        cached = disk_cache.load(key)
-        address = 0
-        if cached is not None:
-            try:
-                with _lock:
-                    self.engine, self.ref = load_object(cached[0])
-                    address = self.engine.get_function_address(CHECKED_CALL)
-            except RuntimeError:  # LLVM rejected it: compile and overwrite
-                address = 0
-        if not address:
-            module = ir.Module(name="tl_checked_call")
-            define_checked_call(module)
-            with _lock:
-                self.ref = optimise(module)
-                self.engine, data = compile_module(self.ref)
-                address = self.engine.get_function_address(CHECKED_CALL)
-            disk_cache.store(key, data, {"kind": "checked-call"})
-        self.call = _SIGNATURE(address)
+        parts = {"record_words": RECORD_WORDS, "header": HEADER_WORDS}
+        self.engine, self.ref, address = cached_functions(
+            "checked-call", parts, define_checked_call, (CHECKED_CALL,)
+        )
+        self.call = _SIGNATURE(address[CHECKED_CALL])
 
 
 _code: _Code | None = None
@@ -187,19 +171,6 @@ def _checked_call():
     return _code.call if _code is not None else None
 
 
-_errors = threading.local()
-
-
-def _error_record() -> tuple[np.ndarray, int]:
-    """This thread's error record: the kernel writes it only when it fails, and the caller reads
-    it before this thread calls again."""
-    record = getattr(_errors, "record", None)
-    if record is None:
-        error = np.zeros(4, dtype=np.int64)
-        record = _errors.record = (error, error.ctypes.data)
-    return record
-
-
 class NativeCall:
     """One signature's plan and the native entry that checks a call against it and runs it."""
 
@@ -213,7 +184,6 @@ class NativeCall:
         # one output and no temporary: the common case, with the fewest steps
         self.single = len(self.made) == 1
         self.no_temporaries = (None,) * (len(self.made) - len(self.outputs))
-        from .parallel import _NEVER_ADDRESS
 
         numbers = dict(fast.scalars)
         tensors = [
@@ -271,7 +241,7 @@ class NativeCall:
             made = self._with_temporaries(out)
         else:
             return None
-        error, error_address = _error_record()
+        error, error_address = inline_error_record()
         code = self.call(self.plan_address, inputs, made, error_address)
         if code < 0:
             return None

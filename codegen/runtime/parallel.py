@@ -306,30 +306,10 @@ def worth_threads(plan: PhasePlan) -> bool:
     return plan.work >= (MIN_PARALLEL_WORK // GEMM_TEAM_DISCOUNT if gemm_team else MIN_PARALLEL_WORK)
 
 
-_inline_error = threading.local()
-
-
 def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
     """Whether run_phases runs every phase on the calling thread whatever the thread count (no
     phase worth threads, the whole below WATCHED_WORK): such calls may use run_inline."""
     return not any(map(worth_threads, plans)) and sum(p.work for p in plans) < WATCHED_WORK
-
-
-def run_inline(entry, buffers: int, params: int, plans: tuple[PhasePlan, ...]) -> tuple[int, np.ndarray]:
-    """run_phases for plans that `runs_inline` and a kernel without scratch memory, minus the
-    bookkeeping: a cached call of a small kernel is a few microseconds."""
-    # one error record per thread, reused: the kernel writes it only when it returns an error,
-    # and the caller reads it before this thread calls again
-    record = getattr(_inline_error, "record", None)
-    if record is None:
-        error = np.zeros(4, dtype=np.int64)
-        record = _inline_error.record = (error, error.ctypes.data)
-    error, error_ptr = record
-    for plan in plans:
-        code = entry(buffers, params, error_ptr, plan.index, INT64_MIN, INT64_MAX, 0, _NEVER_ADDRESS)
-        if code:
-            return code, error
-    return 0, error
 
 
 def run_phases(
