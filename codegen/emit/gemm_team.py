@@ -24,7 +24,8 @@ TEAM_ABORT = 192  # i32: a thread left early (an error, the cancel word): the ot
 # in the order every thread meets them; threads take them from one counter and count them done
 TEAM_CHUNK_TICKET = 256  # i64: the next chunk nobody has taken yet
 TEAM_CHUNK_DONE = 320  # i64: chunks finished
-TEAM_HEADER = 384  # bytes of the header the runtime clears for each call
+TEAM_CHUNK_CLAIMS = 384  # i64: the current small unit's base and a bit per chunk taken
+TEAM_HEADER = 448  # bytes of the header the runtime clears for each call
 
 # A whole-call team (the kernel's last phase number runs every phase, a barrier between them)
 # finds after the header one record of i64 per phase: WHOLE_MODE, WHOLE_SPAN, then [lo, hi) of

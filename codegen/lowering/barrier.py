@@ -18,9 +18,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from ..emit.gemm_kernel import back_off
+from ..emit.gemm_pack import declare_intrinsic
 from ..emit.gemm_team import (
     TEAM_ABORT,
     TEAM_ARRIVED,
+    TEAM_CHUNK_CLAIMS,
     TEAM_CHUNK_DONE,
     TEAM_CHUNK_TICKET,
     TEAM_GENERATION,
@@ -80,6 +82,7 @@ def define_barrier(module: ir.Module) -> ir.Function:
         b.store_atomic(_c64(0), arrived, "monotonic", 8)
         b.store_atomic(_c64(0), _word(b, team, TEAM_CHUNK_TICKET, I64), "monotonic", 8)
         b.store_atomic(_c64(0), _word(b, team, TEAM_CHUNK_DONE, I64), "monotonic", 8)
+        b.store_atomic(_c64(0), _word(b, team, TEAM_CHUNK_CLAIMS, I64), "monotonic", 8)
         b.atomic_rmw("add", generation, _c64(1), "acq_rel")
         b.ret(ok)
     b.store(_c64(0), spins)
@@ -113,35 +116,87 @@ CLAIM = "tl_team_claim"
 WAIT = "tl_team_wait"
 
 
+# a unit of at most MASK_CHUNKS chunks is claimed through one word, (unit base << MASK_CHUNKS) |
+# a bit per chunk taken, so that each thread can take its own chunks first (a larger unit: the
+# ticket counter, in order)
+MASK_CHUNKS = 24
+
+
 def define_claim(module: ir.Module) -> ir.Function:
-    """`i64 tl_team_claim(i64* ticket, i64 end)`: take the next chunk below `end` from the
-    counter (a compare-and-swap, so that the counter never passes `end`: chunks of the next unit
-    are not taken before every thread has finished this one); -1 when none is left."""
+    """`i64 tl_team_claim(i64* ticket, i64* claims, i64 base, i64 parts, i64 me, i64 size)`: take
+    a chunk of the unit whose `parts` chunks are numbered from `base`, and return its number, or
+    -1 when none is left. A thread takes chunks of its own first, chunks base + [me * parts /
+    size, (me + 1) * parts / size), in order, then the others' from the last: when every thread
+    is on time, a unit's chunk k runs on the same thread as chunk k of the unit before (a time
+    tile on the thread that ran its neighbour, whose rows are in its cache), and a thread that
+    is late leaves its chunks to the others. Units of more than MASK_CHUNKS chunks are taken in
+    order from the `ticket` counter. Both are compare-and-swaps that never take a chunk of the
+    next unit (numbered from base + parts): those wait until every thread has finished this
+    one. The `claims` word holds the unit's base above its bits; a word of an earlier unit is
+    read as no chunk taken."""
     if CLAIM in module.globals:
         return module.globals[CLAIM]
-    fn = ir.Function(module, ir.FunctionType(I64, [I64.as_pointer(), I64]), name=CLAIM)
+    i64p = I64.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(I64, [i64p, i64p, I64, I64, I64, I64]), name=CLAIM)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    ticket, end = fn.args
+    ticket, claims, base, parts, me, size = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    entry = b.block
-    first = b.load_atomic(ticket, "monotonic", 8)
-    head = fn.append_basic_block("claim.head")
-    swap = fn.append_basic_block("claim.swap")
     none = fn.append_basic_block("claim.none")
-    taken = fn.append_basic_block("claim.taken")
+    by_ticket = fn.append_basic_block("claim.ticket")
+    by_mask = fn.append_basic_block("claim.mask")
+    b.cbranch(b.icmp_signed(">", parts, _c64(MASK_CHUNKS)), by_ticket, by_mask)
+
+    b.position_at_end(by_mask)
+    cttz = declare_intrinsic(module, "llvm.cttz.i64", I64, [I64, ir.IntType(1)])
+    ctlz = declare_intrinsic(module, "llvm.ctlz.i64", I64, [I64, ir.IntType(1)])
+    bits = _c64((1 << MASK_CHUNKS) - 1)
+    full = b.sub(b.shl(_c64(1), parts), _c64(1))
+    own_lo = b.sdiv(b.mul(me, parts), size)
+    own_hi = b.sdiv(b.mul(b.add(me, _c64(1)), parts), size)
+    own = b.sub(b.shl(_c64(1), own_hi), b.shl(_c64(1), own_lo))
+    head = b.append_basic_block("claim.mask.head")
     b.branch(head)
     b.position_at_end(head)
+    word = b.load_atomic(claims, "monotonic", 8)
+    unit = b.lshr(word, _c64(MASK_CHUNKS))
+    current = b.select(b.icmp_unsigned("==", unit, base), b.and_(word, bits), _c64(0))
+    free = b.and_(b.xor(current, _c64(-1)), full)
+    # an earlier unit's word reads as empty; a later unit's means this one is over
+    over = b.or_(b.icmp_unsigned(">", unit, base), b.icmp_unsigned("==", free, _c64(0)))
+    pick = b.append_basic_block("claim.mask.pick")
+    b.cbranch(over, none, pick)
+    b.position_at_end(pick)
+    mine = b.and_(free, own)
+    first_mine = b.call(cttz, [mine, ir.Constant(ir.IntType(1), 1)])
+    last_other = b.sub(_c64(63), b.call(ctlz, [free, ir.Constant(ir.IntType(1), 1)]))
+    k = b.select(b.icmp_unsigned("!=", mine, _c64(0)), first_mine, last_other)
+    claimed = b.or_(b.or_(b.shl(base, _c64(MASK_CHUNKS)), current), b.shl(_c64(1), k))
+    result = b.cmpxchg(claims, word, claimed, "acq_rel", "monotonic")
+    won = b.append_basic_block("claim.mask.won")
+    b.cbranch(b.extract_value(result, 1), won, head)
+    b.position_at_end(won)
+    b.ret(b.add(base, k))
+
+    b.position_at_end(by_ticket)
+    end = b.add(base, parts)
+    first = b.load_atomic(ticket, "monotonic", 8)
+    thead = fn.append_basic_block("claim.head")
+    swap = fn.append_basic_block("claim.swap")
+    taken = fn.append_basic_block("claim.taken")
+    b.branch(thead)
+    b.position_at_end(thead)
     seen = b.phi(I64)
-    seen.add_incoming(first, entry)
-    b.cbranch(b.icmp_signed("<", seen, end), swap, none)
+    seen.add_incoming(first, by_ticket)
+    # the counter may lag behind `base` where earlier units were claimed by their bits
+    chunk = b.select(b.icmp_signed("<", seen, base), base, seen)
+    b.cbranch(b.icmp_signed("<", chunk, end), swap, none)
     b.position_at_end(swap)
-    result = b.cmpxchg(ticket, seen, b.add(seen, _c64(1)), "acq_rel", "monotonic")
-    now = b.extract_value(result, 0)
-    seen.add_incoming(now, swap)
-    b.cbranch(b.extract_value(result, 1), taken, head)
+    result = b.cmpxchg(ticket, seen, b.add(chunk, _c64(1)), "acq_rel", "monotonic")
+    seen.add_incoming(b.extract_value(result, 0), swap)
+    b.cbranch(b.extract_value(result, 1), taken, thead)
     b.position_at_end(taken)
-    b.ret(seen)
+    b.ret(chunk)
     b.position_at_end(none)
     b.ret(_c64(-1))
     return fn

@@ -5,9 +5,10 @@ shared block (emit/gemm_team.py), or once with lo = INT64_MIN to run it on one t
 nodes are split, run by every thread or by one are decided in planning/teams.py. Here each unit
 of work (a split loop, cut into up to CHUNKS_PER_THREAD chunks of contiguous iterations per
 thread, or work one thread runs, one chunk) is numbered on from the units before it, the same on
-every thread: threads take its chunks from the block's ticket counter, count them done, and wait
-until the unit's last chunk is done before the next unit (barrier.py: tl_team_claim,
-tl_team_wait). A thread waits only for chunks another thread holds, so one that starts late or
+every thread: threads take its chunks (each its own share first, then the others' that are left:
+a time tile runs on the thread that ran its neighbour in the wavefront before, whose rows are in
+its cache), count them done, and wait until the unit's last chunk is done before the next unit
+(barrier.py: tl_team_claim, tl_team_wait). A thread waits only for chunks another thread holds, so one that starts late or
 loses its core to another process delays the step by its chunk at most, and then catches up
 through the units already done without waiting. tl_team<n> may leave early (a failed run-time
 check, a cancel): the wrapper then sets the team's abort word, so that no other thread waits
@@ -22,7 +23,7 @@ import islpy as isl
 import llvmlite.ir as ll
 
 from ..emit import values as V
-from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_DONE, TEAM_CHUNK_TICKET, TEAM_SIZE
+from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_CLAIMS, TEAM_CHUNK_DONE, TEAM_CHUNK_TICKET, TEAM_SIZE
 from ..planning.astgen import contains_loop, unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
 from .barrier import define_claim, define_wait, mark_aborted
@@ -60,8 +61,8 @@ class TeamLowering(LoweringState):
         alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
         self.team_block = self._team_block(b, self.lo)
         # alone, the counters are this thread's own
-        mine = b.alloca(V.I64, 4)
-        for n, v in enumerate((1, 0, 0, 0)):
+        mine = b.alloca(V.I64, 5)
+        for n, v in enumerate((1, 0, 0, 0, 0)):
             b.store(ll.Constant(V.I64, v), b.gep(mine, [ll.Constant(V.I64, n)]))
         no_abort = b.alloca(V.I32)
         b.store(ll.Constant(V.I32, 0), no_abort)
@@ -74,7 +75,9 @@ class TeamLowering(LoweringState):
         self.team_ticket = word(TEAM_CHUNK_TICKET, b.gep(mine, [ll.Constant(V.I64, 1)]))
         self.team_done = word(TEAM_CHUNK_DONE, b.gep(mine, [ll.Constant(V.I64, 2)]))
         self.team_abort = word(TEAM_ABORT, no_abort, V.I32)
+        self.team_claims = word(TEAM_CHUNK_CLAIMS, b.gep(mine, [ll.Constant(V.I64, 4)]))
         self.team_base = b.gep(mine, [ll.Constant(V.I64, 3)])  # this thread's next chunk number
+        self.team_index = b.select(alone, ll.Constant(V.I64, 0), self.hi)
         self.claim, self.wait = define_claim(self.module), define_wait(self.module)
         self.decision = None  # the loops below are not the runtime's split loop
         self.emit_team(node, {})
@@ -207,7 +210,9 @@ class TeamLowering(LoweringState):
         out = b.append_basic_block("unit.wait")
         b.branch(head)
         b.position_at_end(head)
-        taken = b.call(self.claim, [self.team_ticket, end])
+        taken = b.call(
+            self.claim, [self.team_ticket, self.team_claims, base, parts, self.team_index, self.team_size]
+        )
         b.cbranch(b.icmp_signed(">=", taken, ll.Constant(V.I64, 0)), work, out)
         b.position_at_end(work)
         chunk(b.sub(taken, base))

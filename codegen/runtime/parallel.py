@@ -424,8 +424,10 @@ def _run_phases(
                 ]
                 shared = claims.parts if claims is not None else None
                 start = time.perf_counter()
+                # a caller that runs no piece (watched) sleeps: its core is free for a worker
+                here = -1 if watched else _current_cpu()
                 code, err = native_pool.run(
-                    native, entry, params, plan.index, jobs, shared, not watched, _current_cpu(), team is None
+                    native, entry, params, plan.index, jobs, shared, not watched, here, team is None
                 )
                 if plan.team and busy is None and plan.work < MIN_PARALLEL_WORK:  # a small GEMM team
                     _small_teams.timed(plan.work, time.perf_counter() - start)

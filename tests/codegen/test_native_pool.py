@@ -179,3 +179,28 @@ def test_a_piece_whose_worker_never_starts_is_taken_by_the_caller(steal, run_pha
         np.testing.assert_array_equal(out[500:], (a + c)[500:])
     else:
         assert (out[500:] == -7.0).all()
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_workers_move_off_the_callers_core_only_when_it_runs_a_piece(watched, monkeypatch):
+    """A caller that runs a piece itself keeps its core (woken workers move off it); a watched
+    call's caller runs none and sleeps, so its core is left to the workers: moving them off it put
+    both of a 2-core machine's workers on one core (a time-tiled stencil ran no faster on two
+    threads than on one)."""
+    parallel = codegen.runtime.parallel
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "WATCHED_WORK", 0 if watched else 1 << 62)
+    monkeypatch.setattr(parallel, "_current_cpu", lambda: 1)
+    seen = []
+    real = native_pool.run
+
+    def spy(*args):
+        seen.append((args[6], args[7]))  # inline, cpu
+        return real(*args)
+
+    monkeypatch.setattr(native_pool, "run", spy)
+    a, c = _inputs([(4099,), (4099,)])
+    np.testing.assert_array_equal(tl.compile(ADD, options=tl.Options(threads=2))(a, c), a + c)
+    assert seen, "the split phase did not run on the native pool"
+    assert all(inline is not watched for inline, _ in seen)
+    assert all(cpu == (-1 if watched else 1) for _, cpu in seen)
