@@ -97,13 +97,17 @@ def test_every_stencil_gets_time_tiles(name):
 
 @pytest.mark.parametrize("name", STENCILS)
 def test_on_threads_the_tile_loops_are_a_wavefront(name):
-    """Outer tile loop sequential, the next one coincident (parallel), the shape team phases run."""
+    """Outer tile loop sequential, the others coincident (parallel), the shape team phases run;
+    the outer one sums every member's tile number (T + I + J: tiles of every space dimension on
+    one wavefront, not only of the first)."""
     schedule = _schedule(name, threads=2)
     bands = _time_tile_bands(schedule)
     assert bands
     for band in bands:
-        assert band.coincident[:2] == (False, True), band
-        assert "floor((t)/" in band.schedule  # T + I in tile numbers
+        n = len(band.coincident)
+        assert band.coincident == (False,) + (True,) * (n - 1), band
+        first_statement = band.schedule.split("}, {")[0].split(";")[0]
+        assert "floor((t)/" in first_statement and first_statement.count("floor(") == n, band
 
 
 @pytest.mark.parametrize("threads", (1, 2))
