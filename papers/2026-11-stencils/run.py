@@ -10,8 +10,10 @@ Run: python papers/2026-11-stencils/run.py [--quick] [--out DIR] [--threads 1,al
 Every implementation runs in a worker process of its own (one per kernel, implementation and thread
 count), started once and kept alive, so that thread pools (numba's, tensorlang's) never share a
 process and nothing is compiled twice. The parent takes the samples interleaved: each repeat asks
-every worker for one timed run, in an order that rotates from repeat to repeat. A sample is one
-whole run (all T steps, buffers reset first, outside the timing). Reported: the median over
+every worker for one sample, in an order that rotates from repeat to repeat. A sample is the
+median of up to MAX_CALLS back-to-back whole runs (all T steps), about SAMPLE_S in all; with
+threads the parent pauses SETTLE_S before each sample, so that the threads of the worker sampled
+before (numba's, OpenBLAS's spin after a call) are idle. Reported: the median over
 repeats, GFLOP/s from the interior updates times the flops of one update, the ratio to NumPy and
 to numba's serial loops, and the peak memory growth of the first run (ru_maxrss). Every result
 is checked against the reference (NumPy slicing; for seidel, the untransformed tensorlang program).
@@ -32,6 +34,7 @@ import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 
 import stencils as st  # noqa: E402
 
@@ -42,6 +45,9 @@ QUESTION = (
     "it come to the machine's limits?"
 )
 TITLE = "Time-tiled stencils — results"
+SAMPLE_S = 0.05  # a sample: the median of back-to-back runs of about this long in all
+MAX_CALLS = 5
+SETTLE_S = 0.2  # with threads: a pause before each sample (other workers' threads stop spinning)
 IMPLS = ["numpy", "numba", "tl-sweep", "tl"]
 LABELS = {
     "numpy": "NumPy slicing",
@@ -82,6 +88,11 @@ def worker(kernel: str, impl: str, threads: int, quick: bool, dump: Path) -> Non
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out = run()  # compiles (JIT) on first use
     growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    t = time.perf_counter()
+    out = run()
+    # a sample is the median of this many back-to-back runs, some SAMPLE_S of them (one run of a
+    # few ms is too noisy on a shared machine)
+    calls = max(1, min(MAX_CALLS, int(SAMPLE_S / max(time.perf_counter() - t, 1e-9))))
     print(
         json.dumps({"ready": True, "setup_s": time.perf_counter() - t0, "peak_growth_mb": growth_mb}),
         flush=True,
@@ -89,9 +100,12 @@ def worker(kernel: str, impl: str, threads: int, quick: bool, dump: Path) -> Non
     for line in sys.stdin:
         command = line.strip()
         if command == "sample":
-            t = time.perf_counter()
-            out = run()
-            print(json.dumps({"s": time.perf_counter() - t}), flush=True)
+            times = []
+            for _ in range(calls):
+                t = time.perf_counter()
+                out = run()
+                times.append(time.perf_counter() - t)
+            print(json.dumps({"s": sorted(times)[len(times) // 2]}), flush=True)
         elif command == "dump":
             result = out if isinstance(out, tuple) else (out,)
             np.savez(dump, *[np.asarray(r) for r in result])
@@ -174,6 +188,8 @@ def measure(kernel: str, threads: int, impls: list[str], repeats: int, quick: bo
             order = live[r % len(live) :] + live[: r % len(live)] if live else []
             for w in order:
                 if w.ok:
+                    if threads > 1:  # the last worker's threads (numba's, OpenBLAS's) spin a while
+                        time.sleep(SETTLE_S)
                     w.sample()
         row = {
             "kernel": kernel,
