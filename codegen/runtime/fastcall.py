@@ -11,8 +11,8 @@ outputs, fills the pointer array and
 runs the phases: inline (run_inline, below) when every phase runs on the calling thread anyway
 and the kernel needs no scratch memory, else through parallel.run_phases with this one pointer
 array for every thread. Only kernels with no relayout, shared storage or temporary kept in a
-thread's workspace, and no output accumulated without initialisation (that warns on every
-call) get one: the behaviour is the full path's.
+thread's workspace or between calls (scratch.py), and no output accumulated without
+initialisation (that warns on every call) get one: the behaviour is the full path's.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..planning.runs import PhasePlan
+from . import scratch
 from .parallel import _NEVER_ADDRESS, INT64_MAX, INT64_MIN, run_phases, runs_inline
 from .specialise import Specialisation
 
@@ -249,6 +250,9 @@ def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> Fa
             (t.name, spec.storage_shape(t.name, shapes[t.name]), np.dtype(t.dtype.numpy_name))
             for t in tensors
         ]
+
+    if any(scratch.kept(shape, dtype) for _, shape, dtype in described(interface.temporaries)):
+        return None  # the full path keeps them between calls (scratch.py); milliseconds a call
 
     fast = fast_call(
         spec,

@@ -17,7 +17,7 @@ from tensorlang.errors import ArgumentError, TensorLangError, TensorLangWarning
 
 from ..options import Options
 from . import arguments as args_
-from . import fastcall, inspection, messages, specialise, warm
+from . import fastcall, inspection, messages, scratch, specialise, warm
 from .inspection import STAGES  # noqa: F401 (the stage names, public here since 0.1)
 from .interface import Interface, interface_of
 from .parallel import renew_after_fork, run_phases
@@ -214,6 +214,7 @@ class Kernel:
         for name, order in spec.layouts.items():  # GEMM operands with no unit stride: relayout once
             storage[name] = np.ascontiguousarray(storage[name].transpose(order))
         shared_views = specialise.shared_views(spec, self.interface, shapes)
+        idle, keep = spec.scratch.take(), {}
         for t in program.outputs + program.temporaries:
             if t.name in buffers:
                 storage[t.name] = buffers[t.name].work
@@ -230,9 +231,14 @@ class Kernel:
             if t.name in spec.sharing:  # one allocation for temporaries that are never live together
                 storage[t.name] = shared_views[t.name]
                 continue
-            alloc = np.zeros if t.name in self._uninitialised else np.empty
-            storage[t.name] = alloc(spec.storage_shape(t.name, shapes[t.name]), dtype=t.dtype.numpy_name)
+            shape, dtype = spec.storage_shape(t.name, shapes[t.name]), np.dtype(t.dtype.numpy_name)
+            zeroed = t.name in self._uninitialised
+            if t.role != "output" and scratch.kept(shape, dtype):
+                storage[t.name] = keep[t.name] = scratch.buffer(idle, t.name, shape, dtype, zeroed)
+                continue
+            storage[t.name] = (np.zeros if zeroed else np.empty)(shape, dtype=dtype)
         self._run(spec, storage, buffers)
+        spec.scratch.give_back(keep)
         for buf in buffers.values():
             if buf.target is not None:
                 buf.target[...] = buf.work

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..planning.runs import PhasePlan
 from .parallel import Workspaces
+from .scratch import Scratch
 from .warm import CallRecord
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class Specialisation:
     sharing: Mapping[str, int]  # temporaries → buffer slot shared by disjoint lifetimes
     # temporary → (dim, modulus), or (dim, modulus, pitch) when its rows are padded
     folded: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    scratch: Scratch = field(default_factory=Scratch)  # large temporaries kept between calls
 
     def storage_shape(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape allocated for `name`: its logical shape, with a folded dimension's extent its
