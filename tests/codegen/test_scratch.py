@@ -62,9 +62,8 @@ def test_a_set_is_taken_once_and_one_set_is_kept():
     assert pool.take() == {}
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (7, 5), (13, 31)])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_kept_temporary_is_reused_and_results_are_unchanged(keep_everything, shape, threads):
+@pytest.mark.parametrize("threads,shape", [(1, (1, 1)), (1, (7, 5)), (2, (13, 31))])
+def test_kept_temporary_is_reused_and_results_are_unchanged(keep_everything, threads, shape):
     A = np.random.default_rng(1).random(shape, dtype=np.float32)
     k = tl.compile(JACOBI, options=tl.Options(threads=threads))
     first = k(A, T=9)
