@@ -114,6 +114,7 @@ def test_cpu_kernels_quick(tmp_path):
     assert "**1 thread**" in md and "**2 threads**" in md
 
 
+@pytest.mark.slow  # ~4-7 s: the default run stays under 10 minutes on 2 cores
 def test_fusion_quick(tmp_path):
     """Every fusion strategy of every kernel matches NumPy (the script exits 1 otherwise)."""
     proc = _run_quick(FUSION, tmp_path)
@@ -156,6 +157,7 @@ def test_single_thread_experiments_refuse_other_thread_counts(script):
     assert proc.returncode == 2 and "--threads" in proc.stderr
 
 
+@pytest.mark.slow  # ~4-7 s: the default run stays under 10 minutes on 2 cores
 def test_torch_backward_quick(tmp_path):
     """Derived backward kernels (tensorlang.torch) against PyTorch's backward: checked and timed."""
     pytest.importorskip("torch")

@@ -188,7 +188,7 @@ OPTION_SETS = [
 
 
 # the tiled 3-d and Gauss-Seidel cases compile for 5-6 s each: in the slow tier
-_SLOW_OPTION_CASES = {("heat3d", 2), ("seidel2d", 2)}
+_SLOW_OPTION_CASES = {("heat3d", 2), ("seidel2d", 2), ("jacobi2d", 2), ("fdtd", 2)}  # ~6 s each
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ Recurrences write into preallocated outputs (out=), as numba's loops do. Example
         "auto=dict()" "small=dict(band_tiles=(None, (16, 8, 8)))"
 
 A variant is NAME=EXPR, EXPR a Python expression giving the keyword arguments of tl.Options
-(threads comes from --threads). Each variant must differ in its Options: tl.compile memoises.
+(threads from --threads unless EXPR gives it: "1T=dict()" "2T=dict(threads=2)" times one and
+two threads interleaved). Each variant must differ in its Options: tl.compile memoises.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def main() -> None:
     runs = {}
     for variant in a.variants or ["auto=dict()"]:
         name, expr = variant.split("=", 1)
-        options = tl.Options(threads=a.threads, **eval(expr))  # noqa: S307 - the user's own expression
+        knobs = {"threads": a.threads, **eval(expr)}  # noqa: S307 - the user's own expression
+        options = tl.Options(**knobs)
         start = time.perf_counter()
         k = tl.compile(st.recurrence, options=options)
         outs = [np.empty(shape, np.float32) for _ in range(3 if st.kind == "fdtd-2d" else 1)]

@@ -253,9 +253,7 @@ def test_serial_single_loop_is_strip_mined_and_polls(n):
     serial = [d.index for d in plan.phases if d.split is Split.SERIAL]
     assert serial and not any(d.chunked for d in plan.phases if d.index in serial)
     arrays = {"A": a, "Z": z, "B": np.full(n, -1.0, np.float32)}
-    pointers = (ctypes.c_void_p * len(spec.buffers))(
-        *[arrays[t].ctypes.data for t in spec.buffers]
-    )
+    pointers = (ctypes.c_void_p * len(spec.buffers))(*[arrays[t].ctypes.data for t in spec.buffers])
     error, cancel = np.zeros(4, np.int64), np.ones(1, np.int32)
     args = (ctypes.addressof(pointers), spec.params_address, error.ctypes.data)
     code = spec.code.entry(*args, serial[-1], -(2**63), 2**63 - 1, 0, cancel.ctypes.data)

@@ -256,6 +256,7 @@ TUNER = "import sys, numpy as np, tensorlang as tl\n" + (
 )
 
 
+@pytest.mark.slow  # ~4-7 s: the default run stays under 10 minutes on 2 cores
 def test_two_concurrent_tuners():
     procs = [
         subprocess.Popen(

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 RUN = Path(__file__).resolve().parents[2] / "papers" / "2026-11-tuning" / "run.py"
 
 
+@pytest.mark.slow  # ~4-7 s: the default run stays under 10 minutes on 2 cores
 def test_tuning_paper_quick(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(RUN), "--quick", "--out", str(tmp_path)],
