@@ -102,3 +102,26 @@ def run_phases_calls(monkeypatch) -> dict:
 
     monkeypatch.setattr(kernel_module, "run_phases", spy)
     return seen
+
+
+# jacobi-2d written as a time recurrence (issue 13's program), and its NumPy reference: shared by
+# the team-phase and kept-temporary tests
+JACOBI_2D_RECURRENCE = """
+def jacobi(float(N, M) A) -> (O) {
+  B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
+  B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
+               ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1))
+               : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
+  O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
+}
+"""
+
+
+def jacobi_2d_reference(a, steps: int):
+    """`steps` planes of jacobi-2d from `a` (plane 0), in float64, the last one returned."""
+    b = a.astype("float64")
+    for _ in range(1, steps):
+        c = b.copy()
+        c[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[:-2, 1:-1] + b[2:, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:])
+        b = c
+    return b

@@ -8,32 +8,17 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import JACOBI_2D_RECURRENCE, jacobi_2d_reference
 
 import tensorlang as tl
 from codegen.runtime import scratch
 from codegen.runtime.scratch import Scratch
 
-JACOBI = """def jacobi(float(N, M) A) -> (O) {
-  B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
-  B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
-               ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1))
-               : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
-  O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
-}"""
-# T is read (accumulated into) before any write: without `!` it starts from zeros at every call
+# S is read (accumulated into) before any write: without `!` it starts from zeros at every call
 ACCUMULATED = """def acc(float(N, K) A) -> (O) {
   S(i) += A(i, k)
   O(i) = S(i) * 2.0
 }"""
-
-
-def _jacobi_numpy(A, steps):
-    x = A.astype(np.float64)
-    for _ in range(1, steps):
-        y = x.copy()
-        y[1:-1, 1:-1] = 0.2 * (x[1:-1, 1:-1] + x[:-2, 1:-1] + x[2:, 1:-1] + x[1:-1, :-2] + x[1:-1, 2:])
-        x = y
-    return x
 
 
 @pytest.fixture
@@ -65,7 +50,7 @@ def test_a_set_is_taken_once_and_one_set_is_kept():
 @pytest.mark.parametrize("threads,shape", [(1, (1, 1)), (1, (7, 5)), (2, (13, 31))])
 def test_kept_temporary_is_reused_and_results_are_unchanged(keep_everything, threads, shape):
     A = np.random.default_rng(1).random(shape, dtype=np.float32)
-    k = tl.compile(JACOBI, options=tl.Options(threads=threads))
+    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=threads))
     first = k(A, T=9)
     idle = _spec(k).scratch._idle
     assert idle is not None and set(idle) == {"B"}
@@ -74,12 +59,12 @@ def test_kept_temporary_is_reused_and_results_are_unchanged(keep_everything, thr
     second = k(A, T=9)
     assert _spec(k).scratch._idle["B"] is buffer  # the same storage, given back again
     np.testing.assert_array_equal(second, first)
-    np.testing.assert_allclose(first, _jacobi_numpy(A, 9), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first, jacobi_2d_reference(A, 9), rtol=1e-5, atol=1e-6)
 
 
 def test_small_temporaries_are_not_kept():
     A = np.random.default_rng(2).random((9, 7), dtype=np.float32)
-    k = tl.compile(JACOBI)
+    k = tl.compile(JACOBI_2D_RECURRENCE)
     k(A, T=3)
     assert _spec(k).scratch._idle is None
 
@@ -107,8 +92,8 @@ def test_concurrent_calls_never_share_a_kept_buffer(keep_everything):
     """Python threads calling one kernel at once: each call takes the idle set or makes its own."""
     rng = np.random.default_rng(5)
     inputs = [rng.random((17, 23), dtype=np.float32) for _ in range(4)]
-    wants = [_jacobi_numpy(A, 7) for A in inputs]
-    k = tl.compile(JACOBI)
+    wants = [jacobi_2d_reference(A, 7) for A in inputs]
+    k = tl.compile(JACOBI_2D_RECURRENCE)
     k(inputs[0], T=7)
     failures = []
 

@@ -18,22 +18,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import JACOBI_2D_RECURRENCE as JACOBI_2D
+from conftest import jacobi_2d_reference as jacobi_2d
 
 import tensorlang as tl
 from codegen.emit.gemm_team import TEAM_HEADER, WHOLE_SPLIT, WHOLE_TEAM
 from codegen.runtime import parallel
 
 REPO = Path(__file__).resolve().parents[2]
-
-JACOBI_2D = """
-def jacobi(float(N, M) A) -> (O) {
-  B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
-  B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
-               ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1))
-               : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
-  O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
-}
-"""
 
 JACOBI_1D = """
 def heat(double(N) A) -> (O) {
@@ -63,15 +55,6 @@ def scan(double(N, M) A) -> (O) {
   O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
 }
 """
-
-
-def jacobi_2d(a: np.ndarray, steps: int) -> np.ndarray:
-    b = a.astype(np.float64)
-    for _ in range(1, steps):
-        c = b.copy()
-        c[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[:-2, 1:-1] + b[2:, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:])
-        b = c
-    return b
 
 
 def heat_1d(a: np.ndarray, steps: int) -> np.ndarray:
