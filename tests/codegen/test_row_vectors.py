@@ -90,7 +90,7 @@ def test_stencils_match_the_scalar_and_untransformed_kernels(name):
     "options",
     [
         pytest.param(tl.Options(threads=2), marks=pytest.mark.slow),  # ~5 s; team phases test 2 threads
-        tl.Options(threads=1, vector_width=256),
+        pytest.param(tl.Options(threads=1, vector_width=256), marks=pytest.mark.slow),  # ~5 s
         pytest.param(tl.Options(threads=1, vector_width=128), marks=pytest.mark.slow),
         tl.Options(threads=1, specialize=False),
         pytest.param(tl.Options(threads=1, band_tiles=(None, (4, 8))), marks=pytest.mark.slow),
