@@ -5,14 +5,14 @@ shared block (emit/gemm_team.py), or once with lo = INT64_MIN to run it on one t
 nodes are split, run by every thread or by one are decided in planning/teams.py. Here each unit
 of work (a split loop, cut into up to CHUNKS_PER_THREAD chunks of contiguous iterations per
 thread, or work one thread runs, one chunk) is numbered on from the units before it, the same on
-every thread: threads take its chunks (each its own share first, then the others' that are left:
-a time tile runs on the thread that ran its neighbour in the wavefront before, whose rows are in
-its cache), count them done, and wait until the unit's last chunk is done before the next unit
-(barrier.py: tl_team_claim, tl_team_wait). A thread waits only for chunks another thread holds, so one that starts late or
-loses its core to another process delays the step by its chunk at most, and then catches up
-through the units already done without waiting. tl_team<n> may leave early (a failed run-time
-check, a cancel): the wrapper then sets the team's abort word, so that no other thread waits
-for it.
+every thread: threads take its chunks (each its own share first, then the others' that are
+left: a time tile runs on the thread that ran its neighbour in the wavefront before, whose rows
+are in its cache), count them done, and wait until the unit's last chunk is done before the next
+unit (barrier.py: tl_team_claim, tl_team_wait). A thread waits only for chunks another thread
+holds, so one that starts late or loses its core to another process delays the step by its
+chunk at most, and then catches up through the units already done without waiting. tl_team<n>
+may leave early (a failed run-time check, a cancel): the wrapper then sets the team's abort
+word, so that no other thread waits for it.
 """
 
 from __future__ import annotations

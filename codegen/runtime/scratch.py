@@ -42,11 +42,6 @@ class Scratch:
         finally:
             self._lock.release()
 
-    @property
-    def idle_bytes(self) -> int:
-        idle = self._idle
-        return sum(a.nbytes for a in idle.values()) if idle else 0
-
 
 def kept(shape: tuple[int, ...], dtype: np.dtype) -> bool:
     """Whether a temporary of this storage shape and dtype is kept between calls."""
