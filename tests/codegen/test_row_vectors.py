@@ -70,9 +70,11 @@ def _check(src, args, options=ONE_THREAD, sizes_note=""):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5, err_msg=sizes_note)
 
 
-# heat-3d and jacobi-2d compile for seconds (their other tests here cover jacobi-2d): slow
+# heat-3d, jacobi-2d and fdtd-2d compile for seconds (their other tests here cover jacobi-2d,
+# tests/test_stencils.py covers fdtd-2d): slow
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in ("heat3d", "jacobi2d") else n for n in SIZES]
+    "name",
+    [pytest.param(n, marks=pytest.mark.slow) if n in ("heat3d", "jacobi2d", "fdtd") else n for n in SIZES],
 )
 def test_stencils_match_the_scalar_and_untransformed_kernels(name):
     src = CASES[name][0]

@@ -137,7 +137,9 @@ def test_the_time_loop_is_a_team_phase():
 @pytest.mark.parametrize("whole", [True, False])
 @pytest.mark.parametrize("threads", [2, 3])
 @pytest.mark.parametrize(
-    "shape", [(1, 1, 1), (1, 1, 4), (2, 3, 3), (3, 5, 2), (7, 11, 13), (37, 41, 7), (5, 97, 31)]
+    "shape",
+    [(1, 1, 1), (1, 1, 4), (2, 3, 3), (3, 5, 2), (7, 11, 13), (37, 41, 7)]
+    + [pytest.param((5, 97, 31), marks=pytest.mark.slow)],  # ~4 s a case
 )
 def test_jacobi_2d_matches_numpy_and_one_thread(forced, monkeypatch, whole, threads, shape):
     if not whole:  # one dispatch per phase (kernels with a GEMM phase, or a single phase)
