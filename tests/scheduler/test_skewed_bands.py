@@ -8,17 +8,9 @@ import re
 
 import numpy as np
 import pytest
+from conftest import JACOBI_2D_RECURRENCE as JACOBI
 
 import tensorlang as tl
-
-JACOBI = """
-def jacobi(float(N, M) A) -> (O) {
-  B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
-  B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1)
-               ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1))
-               : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
-  O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
-}"""
 
 
 def _jacobi(a: np.ndarray, steps: int) -> np.ndarray:
