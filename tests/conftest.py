@@ -125,3 +125,27 @@ def jacobi_2d_reference(a, steps: int):
         c[1:-1, 1:-1] = 0.2 * (b[1:-1, 1:-1] + b[:-2, 1:-1] + b[2:, 1:-1] + b[1:-1, :-2] + b[1:-1, 2:])
         b = c
     return b
+
+
+def jit_exported(define, ctypes_type):
+    """A helper of the generated code called directly: `define(module)` defines it (as
+    lowering/barrier.py's define_* do) in a module of its own; a wrapper of the same type that
+    calls it is exported and compiled, and returned as `ctypes_type` (its engine kept on it)."""
+    import llvmlite.binding as llvm
+    import llvmlite.ir as ir
+
+    from codegen.lowering.jit import _lock, new_target_machine, optimise
+
+    module = ir.Module(name="exported")
+    inner = define(module)
+    fn = ir.Function(module, inner.function_type, name="exported")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(b.call(inner, fn.args))
+    with _lock:
+        ref = optimise(module)
+        engine = llvm.create_mcjit_compiler(ref, new_target_machine())
+        engine.finalize_object()
+        address = engine.get_function_address("exported")
+    call = ctypes_type(address)
+    call.keep = (engine, ref)
+    return call

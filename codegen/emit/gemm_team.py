@@ -26,9 +26,17 @@ TEAM_CHUNK_TICKET = 256  # i64: the next chunk nobody has taken yet
 TEAM_CHUNK_DONE = 320  # i64: chunks finished
 TEAM_CHUNK_CLAIMS = 384  # i64: the current small unit's base and a bit per chunk taken
 TEAM_HEADER = 448  # bytes of the header the runtime clears for each call
+# the call's number (the runtime counts the blocks it hands out), which tags the flags below so
+# that flags left by an earlier call or phase never read as this one's: no clearing needed
+TEAM_SERIAL = 200  # i64, beside TEAM_ABORT (each read once per loop)
+# a doacross loop's chunks, each flagged done with a tag (lowering/doacross.py): the loop's
+# chunks in order, when they are at most TEAM_FLAG_SLOTS (else it waits unit by unit)
+TEAM_FLAGS = TEAM_HEADER
+TEAM_FLAG_SLOTS = 4096
+TEAM_LOOP_BYTES = TEAM_FLAGS + 8 * TEAM_FLAG_SLOTS  # a loop team's block: header and flags
 
 # A whole-call team (the kernel's last phase number runs every phase, a barrier between them)
-# finds after the header one record of i64 per phase: WHOLE_MODE, WHOLE_SPAN, then [lo, hi) of
+# finds after the flags (at TEAM_LOOP_BYTES) one record of i64 per phase: WHOLE_MODE, WHOLE_SPAN, then [lo, hi) of
 # each thread (2 + 2 * TEAM_SIZE words per record).
 WHOLE_ALONE = 0  # thread 0 runs the phase (lo = INT64_MIN), the others wait at the barrier
 WHOLE_SPLIT = 1  # each thread runs its [lo, hi) of the outer loop, WHOLE_SPAN at a time, polling between

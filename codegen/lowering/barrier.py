@@ -112,6 +112,16 @@ def _back_off(module: ir.Module, b: ir.IRBuilder, spins: ir.Value) -> None:
     back_off(module, b, spins, SPIN_LIMIT, YIELD_LIMIT)
 
 
+def _stop_or_back_off(
+    module: ir.Module, b: ir.IRBuilder, spins: ir.Value, cancel: ir.Value, abort: ir.Value
+) -> None:
+    """In a chunk wait: return ERROR_CANCELLED if the cancel or abort word is set, else back off."""
+    stopped = b.or_(b.load_atomic(cancel, "monotonic", 4), b.load_atomic(abort, "acquire", 4))
+    with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
+        b.ret(ir.Constant(I32, ERROR_CANCELLED))
+    _back_off(module, b, spins)
+
+
 CLAIM = "tl_team_claim"
 WAIT = "tl_team_wait"
 
@@ -229,9 +239,48 @@ def define_wait(module: ir.Module) -> ir.Function:
     b.position_at_end(ready)
     b.ret(ir.Constant(I32, 0))
     b.position_at_end(wait)
-    stopped = b.or_(b.load_atomic(cancel, "monotonic", 4), b.load_atomic(abort, "acquire", 4))
-    with b.if_then(b.icmp_unsigned("!=", stopped, ir.Constant(I32, 0)), likely=False):
-        b.ret(ir.Constant(I32, ERROR_CANCELLED))
-    _back_off(module, b, spins)
+    _stop_or_back_off(module, b, spins, cancel, abort)
+    b.branch(head)
+    return fn
+
+
+FLAGS_WAIT = "tl_team_flags"
+
+
+def define_flags_wait(module: ir.Module) -> ir.Function:
+    """`i32 tl_team_flags(i64* flags, i64 first, i64 last, i64 tag, i32* cancel, i32* abort)`:
+    wait until every word flags[first..last] holds `tag` (a chunk of a doacross loop counted
+    done, doacross.py; acquires: the chunks' writes are visible after it); ERROR_CANCELLED
+    when the cancel or abort word is set meanwhile. The same back-off as the other waits."""
+    if FLAGS_WAIT in module.globals:
+        return module.globals[FLAGS_WAIT]
+    i32p, i64p = I32.as_pointer(), I64.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(I32, [i64p, I64, I64, I64, i32p, i32p]), name=FLAGS_WAIT)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("nounwind")
+    flags, first, last, tag, cancel, abort = fn.args
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    spins = b.alloca(I64)
+    b.store(_c64(0), spins)
+    head = fn.append_basic_block("flags.head")
+    look = fn.append_basic_block("flags.look")
+    wait = fn.append_basic_block("flags.wait")
+    ready = fn.append_basic_block("flags.ready")
+    b.branch(head)
+    b.position_at_end(head)
+    index = b.phi(I64)
+    index.add_incoming(first, entry)
+    b.cbranch(b.icmp_signed(">", index, last), ready, look)
+    b.position_at_end(look)
+    seen = b.load_atomic(b.gep(flags, [index], inbounds=True), "acquire", 8)
+    index.add_incoming(b.add(index, _c64(1)), look)
+    b.cbranch(b.icmp_unsigned("==", seen, tag), head, wait).set_weights([1 << 10, 1])
+    b.position_at_end(ready)
+    b.ret(ir.Constant(I32, 0))
+    b.position_at_end(wait)
+    _stop_or_back_off(module, b, spins, cancel, abort)
+    index.add_incoming(index, b.block)  # look at the same word again
     b.branch(head)
     return fn

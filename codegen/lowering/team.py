@@ -27,7 +27,7 @@ from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_CLAIMS, TEAM_CHUNK_DONE, TEA
 from ..planning.astgen import contains_loop, unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
 from .barrier import define_claim, define_wait, mark_aborted
-from .state import LoweringState
+from .doacross import Doacross, DoacrossLowering
 
 INT64_MIN = -(2**63)
 # chunks each parallel loop is cut into, per thread: a thread that starts late or loses its core
@@ -35,7 +35,7 @@ INT64_MIN = -(2**63)
 CHUNKS_PER_THREAD = 4
 
 
-class TeamLowering(LoweringState):
+class TeamLowering(DoacrossLowering):
     """The phases a team of threads runs (Split.LOOP_TEAM)."""
 
     def emit_team_phase(self, n: int, node: isl.AstNode) -> None:
@@ -80,6 +80,7 @@ class TeamLowering(LoweringState):
         self.team_index = b.select(alone, ll.Constant(V.I64, 0), self.hi)
         self.claim, self.wait = define_claim(self.module), define_wait(self.module)
         self.decision = None  # the loops below are not the runtime's split loop
+        self.team_outermost = True  # a doacross loop only outermost (doacross.py)
         self.emit_team(node, {})
         self.b.ret(ll.Constant(V.I32, 0))
 
@@ -124,6 +125,8 @@ class TeamLowering(LoweringState):
             self.emit_team(node.for_get_body(), {**env, name: self.ast_expr(node.for_get_init(), env)})
         elif is_team_split(node, self.ast):
             self._emit_split(node, env)
+        elif (lags := self.doacross_lags(node)) is not None:
+            self.emit_doacross_loop(node, env, lags)
         else:
             self._emit_team_loop(node, env)
 
@@ -133,6 +136,7 @@ class TeamLowering(LoweringState):
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
         self.loop_depth += 1
+        self.team_outermost = False
         try:
             _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=False, poll=True)
             inner = {**env, name: iv}
@@ -144,10 +148,9 @@ class TeamLowering(LoweringState):
         finally:
             self.loop_depth -= 1
 
-    def _emit_split(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
-        """A parallel loop: chunks of contiguous iterations, taken in turn."""
+    def split_geometry(self, node: isl.AstNode, env: dict[str, ll.Value]) -> tuple[ll.Value, ...]:
+        """(first value, step, iterations, chunks) of the parallel loop `node` in `env`."""
         b = self.b
-        name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
         step = self.ast_expr(node.for_get_inc(), env)
         bound = self.ast_expr(split_bound(node), env)
@@ -158,14 +161,25 @@ class TeamLowering(LoweringState):
         rounded = b.sdiv(b.add(span, b.sub(step, ll.Constant(V.I64, 1))), step)
         count = b.select(b.icmp_signed(">", span, zero), rounded, zero)
         most = b.mul(self.team_size, ll.Constant(V.I64, CHUNKS_PER_THREAD))
-        parts = b.select(b.icmp_signed("<", count, most), count, most)
+        return init, step, count, b.select(b.icmp_signed("<", count, most), count, most)
+
+    def _emit_split(
+        self, node: isl.AstNode, env: dict[str, ll.Value], doacross: Doacross | None = None
+    ) -> None:
+        """A parallel loop: chunks of contiguous iterations, taken in turn (in a doacross loop,
+        each after the chunks it depends on, with no wait for the whole unit)."""
+        b = self.b
+        name = node.for_get_iterator().get_id().get_name()
+        init, step, count, parts = self.split_geometry(node, env)
+
+        def start(index: ll.Value) -> ll.Value:
+            return b.add(init, b.mul(b.sdiv(b.mul(count, index), parts), step))
 
         def chunk(k: ll.Value) -> None:
-            def start(index: ll.Value) -> ll.Value:
-                return b.add(init, b.mul(b.sdiv(b.mul(count, index), parts), step))
-
             saved = self.lo, self.hi
             self.lo, self.hi = start(k), start(b.add(k, ll.Constant(V.I64, 1)))
+            if doacross is not None:  # the chunks it reads from, in the units before
+                self.wait_for_sources(doacross, self.lo, b.sub(self.hi, step))
             self.loop_depth += 1
             try:
                 row = None if contains_loop(node.for_get_body()) else self.row_plan(node, name)
@@ -183,7 +197,7 @@ class TeamLowering(LoweringState):
                 self.loop_depth -= 1
                 self.lo, self.hi = saved
 
-        self._emit_unit(parts, chunk)
+        self._emit_unit(parts, chunk, doacross)
 
     def _emit_solo(self, nodes: list[isl.AstNode], env: dict[str, ll.Value]) -> None:
         """Work with no split loop: one chunk, which one thread takes."""
@@ -198,10 +212,14 @@ class TeamLowering(LoweringState):
 
         self._emit_unit(ll.Constant(V.I64, 1), run)
 
-    def _emit_unit(self, parts: ll.Value, chunk: Callable[[ll.Value], None]) -> None:
+    def _emit_unit(
+        self, parts: ll.Value, chunk: Callable[[ll.Value], None], doacross: Doacross | None = None
+    ) -> None:
         """A unit of `parts` chunks, numbered on from the chunks of the units before it: take
         chunks until none is left, run each (`chunk(k)` emits chunk k), count it done, then wait
-        until every chunk of the unit is done (what the next unit reads is written)."""
+        until every chunk of the unit is done (what the next unit reads is written). In a
+        doacross loop that runs on flags, each chunk is flagged done instead, and the next unit
+        starts at once: its chunks wait for the ones they read from (doacross.py)."""
         b = self.b
         base = b.load(self.team_base)
         end = b.add(base, parts)
@@ -215,11 +233,23 @@ class TeamLowering(LoweringState):
         )
         b.cbranch(b.icmp_signed(">=", taken, ll.Constant(V.I64, 0)), work, out)
         b.position_at_end(work)
+        self.unit_base = base
         chunk(b.sub(taken, base))
+        if doacross is not None:
+            self.flag_done(doacross, taken)
         b.atomic_rmw("add", self.team_done, ll.Constant(V.I64, 1), "release")
         b.branch(head)
         b.position_at_end(out)
+        if doacross is None:
+            self.wait_for_chunks(end)
+        else:
+            with b.if_then(b.not_(doacross.on_flags)):
+                self.wait_for_chunks(end)
+        b.store(end, self.team_base)
+
+    def wait_for_chunks(self, end: ll.Value) -> None:
+        """Wait until every chunk numbered below `end` is done (leave on a cancel or abort)."""
+        b = self.b
         code = b.call(self.wait, [self.team_done, end, self.cancel, self.team_abort])
         with b.if_then(b.icmp_unsigned("!=", code, ll.Constant(V.I32, 0)), likely=False):
             b.ret(code)
-        b.store(end, self.team_base)

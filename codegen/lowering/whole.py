@@ -16,7 +16,7 @@ from __future__ import annotations
 import llvmlite.ir as ll
 
 from ..emit import values as V
-from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, WHOLE_ALONE, WHOLE_SPLIT, WHOLE_TEAM
+from ..emit.gemm_team import TEAM_LOOP_BYTES, TEAM_SIZE, WHOLE_ALONE, WHOLE_SPLIT, WHOLE_TEAM
 from .abi import declare_phase, poll_cancel
 from .barrier import define_barrier, mark_aborted
 from .state import LoweringState
@@ -64,7 +64,7 @@ class WholeCallLowering(LoweringState):
             b.ret(ll.Constant(V.I32, 0))
         block = b.inttoptr(lo, V.I8.as_pointer())
         size = b.load(b.bitcast(b.gep(block, [_c64(TEAM_SIZE)]), V.I64.as_pointer()))
-        table = b.bitcast(b.gep(block, [_c64(TEAM_HEADER)]), V.I64.as_pointer())
+        table = b.bitcast(b.gep(block, [_c64(TEAM_LOOP_BYTES)]), V.I64.as_pointer())
         record = b.add(b.mul(size, _c64(2)), _c64(2))
         barrier = define_barrier(self.module)
         for index, phase in enumerate(phases):

@@ -35,6 +35,9 @@ class LoopInfo:
 
     kind: LoopKind
     footprints: tuple[Footprint, ...]  # for a phase's outer loop: what one iteration reads
+    # for a parallel loop inside a loop that carries dependences: (most outer, least inner, most
+    # inner) difference of the two loops' values over those dependences (lowering/doacross.py)
+    lags: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,10 +82,41 @@ class LoopAst:
     sizes: Mapping[str, int] | None  # concrete sizes when specialised, else None
 
 
-def _carries_no_dependence(build: isl.AstBuild, deps: isl.UnionMap) -> bool:
-    """True when the loop being built has equal iterations for every dependence pair."""
+def _loop_dependences(build: isl.AstBuild, deps: isl.UnionMap) -> isl.UnionMap:
+    """The dependences as pairs of values of the loops built so far, the new one last."""
     sched = build.get_schedule()
-    rel = deps.apply_range(sched).apply_domain(sched)
+    return deps.apply_range(sched).apply_domain(sched)
+
+
+def _lags(rel: isl.UnionMap) -> tuple[int, int, int] | None:
+    """For the loop being built (last dimension of `rel`, _loop_dependences) and the loop around
+    it: over the dependences between different iterations of that outer loop in one iteration
+    of the loops further out, the greatest outer difference and the least and greatest inner
+    one; None when one is unbounded or there is no outer loop. What the outer loop's iterations
+    carry, as a window: an iteration needs at most `most outer` iterations back, and there only
+    inner values within the inner range of its own (a doacross loop, lowering/doacross.py)."""
+    found: list[tuple[int, int, int]] = []
+    for m in _maps(rel):
+        d = m.dim(isl.dim_type.out) - 1
+        if d < 1:
+            return None
+        for i in range(d - 1):
+            m = m.equate(isl.dim_type.in_, i, isl.dim_type.out, i)
+        deltas = m.deltas().lower_bound_val(isl.dim_type.set, d - 1, isl.Val.one(m.get_ctx()))
+        if deltas.is_empty():
+            continue
+        vals = (deltas.dim_max_val(d - 1), deltas.dim_min_val(d), deltas.dim_max_val(d))
+        if not all(v.is_int() for v in vals):
+            return None
+        found.append(tuple(v.to_python() for v in vals))
+    if not found:
+        return None
+    return max(f[0] for f in found), min(f[1] for f in found), max(f[2] for f in found)
+
+
+def _carries_no_dependence(build: isl.AstBuild, deps: isl.UnionMap, rel: isl.UnionMap | None = None) -> bool:
+    """True when the loop being built has equal iterations for every dependence pair."""
+    rel = _loop_dependences(build, deps) if rel is None else rel
     if rel.is_empty():
         return True
     for m in _maps(rel):
@@ -235,10 +269,15 @@ def _phases(
 
 
 def build_ast(
-    schedule: Schedule, sizes: Mapping[str, int] | None = None, *, footprints: bool = False
+    schedule: Schedule,
+    sizes: Mapping[str, int] | None = None,
+    *,
+    footprints: bool = False,
+    lags: bool = False,
 ) -> LoopAst:
     """Scan the schedule into loops; with `sizes`, specialise every bound to those sizes; with
-    `footprints`, record what one iteration of each phase's outer loop reads (for prefetching)."""
+    `footprints`, record what one iteration of each phase's outer loop reads (for prefetching);
+    with `lags`, how far back each parallel loop's iterations depend on the loop around it."""
     scop = schedule.scop
     ctx = scop.ctx
     context = scop.context if sizes is None else scop.params.fixed_context(sizes)
@@ -263,9 +302,11 @@ def build_ast(
     loops: dict[str, LoopInfo] = {}
 
     def before_each_for(build: isl.AstBuild) -> isl.Id:
-        kind = LoopKind.PARALLEL if _carries_no_dependence(build, deps) else LoopKind.SERIAL
+        rel = _loop_dependences(build, deps)
+        kind = LoopKind.PARALLEL if _carries_no_dependence(build, deps, rel) else LoopKind.SERIAL
         key = f"loop{len(loops)}"
-        loops[key] = LoopInfo(kind, _iteration_footprints(build, reads) if reads is not None else ())
+        footprints = _iteration_footprints(build, reads) if reads is not None else ()
+        loops[key] = LoopInfo(kind, footprints, _lags(rel) if kind is LoopKind.PARALLEL and lags else None)
         return isl.Id(key, context=ctx)
 
     build = isl.AstBuild.from_context(context)

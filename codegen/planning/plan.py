@@ -319,7 +319,9 @@ def plan_kernel(
     scop, schedule, folds = fold_storage(schedule, transform and options.fold, sizes, reschedules)
     # 3. the loop AST and its phases
     prefetch = options.optimize and options.prefetch
-    ast = build_ast(schedule, sizes, footprints=prefetch)
+    # lags: how far back a team's parallel loop depends (lowering/doacross.py), with threads only
+    lags = transform and schedule.options.thread_count() > 1
+    ast = build_ast(schedule, sizes, footprints=prefetch, lags=lags)
     # 4. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
     gemm_variants = {
         gemm_variant(_dtype(program, p.c.tensor), options.gemm_blocking) for p in contractions.values()

@@ -42,7 +42,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 import numpy as np
 
-from ..emit.gemm_team import TEAM_HEADER
+from ..emit.gemm_team import TEAM_LOOP_BYTES
 from ..lowering.status import ERROR_CANCELLED
 from ..planning.runs import PhasePlan
 from . import native_pool
@@ -361,8 +361,8 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
         _tables[key] = table
     if table is None or not _team_busy.acquire(blocking=False):
         return None
-    block = _teams.take(threads, TEAM_HEADER + table.nbytes)
-    _teams.views[block[1]][TEAM_HEADER : TEAM_HEADER + table.nbytes] = table.view(np.uint8)
+    block = _teams.take(threads, TEAM_LOOP_BYTES + table.nbytes)
+    _teams.views[block[1]][TEAM_LOOP_BYTES : TEAM_LOOP_BYTES + table.nbytes] = table.view(np.uint8)
     return block, _team_busy
 
 
@@ -397,7 +397,7 @@ def _run_phases(
             if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
                 if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
                     busy = _team_busy
-                    team = _teams.take(threads, TEAM_HEADER)
+                    team = _teams.take(threads, TEAM_LOOP_BYTES)
                     pieces = [(team[1], t) for t in range(threads)]
             elif plan.team and not (plan.work < MIN_PARALLEL_WORK and _small_teams.resting()):
                 team = _teams.take(threads)  # every thread calls the phase with the block as lo

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..emit.gemm_team import TEAM_HEADER, TEAM_SIZE, gemm_team_bytes
+from ..emit.gemm_team import TEAM_HEADER, TEAM_SERIAL, TEAM_SIZE, gemm_team_bytes
 from ..planning.runs import PhasePlan
 
 
@@ -28,12 +28,14 @@ class Teams:
         self._lock = threading.Lock()
         self.views: dict[int, np.ndarray] = {}  # aligned address of a block → its bytes from there
         self._headers: dict[int, np.ndarray] = {}  # aligned address → its header's i64 words
+        self._serial = 0  # blocks handed out (TEAM_SERIAL)
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
 
     def take(self, threads: int, nbytes: int | None = None) -> tuple[np.ndarray, int]:
-        """A block of `nbytes` (None: a GEMM team's), its header cleared, TEAM_SIZE = threads."""
+        """A block of `nbytes` (None: a GEMM team's), its header cleared, TEAM_SIZE = threads and
+        TEAM_SERIAL numbering the block handed out."""
         nbytes = gemm_team_bytes() if nbytes is None else nbytes
         with self._lock:
             while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
@@ -41,6 +43,8 @@ class Teams:
                 self.views.pop(address, None)
                 self._headers.pop(address, None)
             block = self._idle.pop() if self._idle else None
+            self._serial += 1
+            serial = self._serial
         if block is None:
             buf = np.empty(nbytes + 64, dtype=np.uint8)
             address = (buf.ctypes.data + 63) // 64 * 64
@@ -50,6 +54,7 @@ class Teams:
         header = self._headers[block[1]]
         header.fill(0)
         header[TEAM_SIZE // 8] = threads
+        header[TEAM_SERIAL // 8] = serial
         return block
 
     def give_back(self, block: tuple[np.ndarray, int]) -> None:

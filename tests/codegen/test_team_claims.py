@@ -7,33 +7,19 @@ from __future__ import annotations
 import ctypes
 import threading
 
-import llvmlite.binding as llvm
-import llvmlite.ir as ir
 import numpy as np
 import pytest
+from conftest import jit_exported
 
-from codegen.emit.values import I64
 from codegen.lowering.barrier import MASK_CHUNKS, define_claim
-from codegen.lowering.jit import _lock, new_target_machine, optimise
 
 
 @pytest.fixture(scope="module")
 def claim():
     """claim(ticket, claims, base, parts, me, size) from a module that exports tl_team_claim."""
-    module = ir.Module(name="claims")
-    inner = define_claim(module)
-    i64p = I64.as_pointer()
-    fn = ir.Function(module, ir.FunctionType(I64, [i64p, i64p, I64, I64, I64, I64]), name="claim")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    b.ret(b.call(inner, fn.args))
-    with _lock:
-        ref = optimise(module)
-        engine = llvm.create_mcjit_compiler(ref, new_target_machine())
-        engine.finalize_object()
-        address = engine.get_function_address("claim")
     p = ctypes.c_void_p
     c = ctypes.c_int64
-    call = ctypes.CFUNCTYPE(c, p, p, c, c, c, c)(address)
+    call = jit_exported(define_claim, ctypes.CFUNCTYPE(c, p, p, c, c, c, c))
     words = np.zeros(2, dtype=np.int64)  # [ticket, claims]
 
     def run(base: int, parts: int, me: int, size: int) -> int:
@@ -41,7 +27,7 @@ def claim():
 
     run.words = words
     run.raw = call
-    run.keep = (engine, ref)
+    run.keep = call.keep
     return run
 
 

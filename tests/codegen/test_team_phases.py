@@ -22,7 +22,7 @@ from conftest import JACOBI_2D_RECURRENCE as JACOBI_2D
 from conftest import jacobi_2d_reference as jacobi_2d
 
 import tensorlang as tl
-from codegen.emit.gemm_team import TEAM_HEADER, WHOLE_SPLIT, WHOLE_TEAM
+from codegen.emit.gemm_team import TEAM_LOOP_BYTES, WHOLE_SPLIT, WHOLE_TEAM
 from codegen.runtime import parallel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def teams_taken(monkeypatch):
     take, whole = parallel._teams.take, parallel._whole_call
 
     def counting(threads, nbytes=None):
-        if nbytes == TEAM_HEADER:
+        if nbytes == TEAM_LOOP_BYTES:
             taken.append("loop")
         return take(threads, nbytes)
 
@@ -99,7 +99,7 @@ def teams_taken(monkeypatch):
         found = whole(plans, threads)
         if found is not None:
             (buf, address), _ = found
-            start = address - buf.ctypes.data + TEAM_HEADER
+            start = address - buf.ctypes.data + TEAM_LOOP_BYTES
             table = buf[start:].view(np.int64)[: len(plans) * (2 + 2 * threads)]
             taken.append(tuple(int(m) for m in table[:: 2 + 2 * threads]))
         return found

@@ -1,0 +1,128 @@
+"""Doacross loops (lowering/doacross.py): a team's wavefront loop whose chunks wait only for the
+chunks they read from. The lags the AST builder finds, the flag wait called directly, and the
+time-tiled stencils on 2, 3 and 7 threads, bitwise equal to one thread on odd sizes, on flags
+and with too few flag slots (unit by unit)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import JACOBI_2D_RECURRENCE, jit_exported
+from test_stencils import CASES, _args
+
+import tensorlang as tl
+from codegen.lowering import doacross
+from codegen.lowering.barrier import define_flags_wait
+from codegen.lowering.status import ERROR_CANCELLED
+from codegen.planning.astgen import LoopKind
+from codegen.runtime import parallel
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """Teams for any work (the thresholds would keep these sizes on one thread)."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)
+    monkeypatch.setattr(parallel, "TEAM_STEP_WORK", 1)
+
+
+def _team_loop_lags(kernel, sizes):
+    plan = kernel._plan(sizes)
+    return [info.lags for info in plan.ast.loops.values() if info.lags is not None]
+
+
+def test_the_wavefront_tiles_depend_on_a_bounded_window_back():
+    """jacobi-2d on threads: the tile loop inside the wavefront reads tiles at most two
+    wavefronts back, and there the same row tile or the one before (32 rows)."""
+    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2))
+    lags = _team_loop_lags(k, {"N": 1000, "M": 1000, "T": 100})
+    assert lags and lags[0] == (2, 0, 32)
+    # a loop with no loop around it carrying a dependence has none
+    plain = tl.compile("def add(float(N) a) -> (b) { b(i) = a(i) + 1 }", options=tl.Options(threads=2))
+    assert _team_loop_lags(plain, {"N": 1000}) == []
+    plan = plain._plan({"N": 1000})
+    assert all(info.kind is LoopKind.PARALLEL for info in plan.ast.loops.values())
+
+
+def test_the_flag_wait_is_emitted_on_threads_only():
+    sizes = {"N": 300, "M": 301, "T": 40}
+    two = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2)).inspect("llvm", sizes=sizes)
+    one = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=1)).inspect("llvm", sizes=sizes)
+    assert "@tl_team_flags(" in two
+    assert "tl_team_flags" not in one
+
+
+@pytest.fixture(scope="module")
+def flags_wait():
+    """wait(flags, first, last, tag, cancel, abort) from a module exporting tl_team_flags."""
+    p, c = ctypes.c_void_p, ctypes.c_int64
+    return jit_exported(define_flags_wait, ctypes.CFUNCTYPE(ctypes.c_int32, p, c, c, c, p, p))
+
+
+def test_the_flag_wait_returns_once_every_flag_holds_the_tag(flags_wait):
+    flags = np.array([7, 7, 5, 7], dtype=np.int64)
+    words = np.zeros(2, dtype=np.int32)  # cancel, abort
+    cancel, abort = words.ctypes.data, words.ctypes.data + 4
+    assert flags_wait(flags.ctypes.data, 0, 1, 7, cancel, abort) == 0
+    assert flags_wait(flags.ctypes.data, 3, 2, 7, cancel, abort) == 0  # no chunk to wait for
+    # flag 2 holds another call's tag: the wait lasts until it is set (by another thread here)
+    setter = threading.Timer(0.05, lambda: flags.__setitem__(2, 7))
+    start = time.perf_counter()
+    setter.start()
+    assert flags_wait(flags.ctypes.data, 1, 3, 7, cancel, abort) == 0
+    assert time.perf_counter() - start >= 0.04
+    # a flag never set: the cancel word (or the team's abort word) ends the wait
+    flags[0] = 0
+    words[1] = 1
+    assert flags_wait(flags.ctypes.data, 0, 3, 7, cancel, abort) == ERROR_CANCELLED
+
+
+_STENCIL_SIZES = {
+    "jacobi1d": ((9001,), 40),
+    "jacobi2d": ((131, 67), 40),
+    "heat3d": ((13, 11, 17), 21),
+    "seidel2d": ((97, 61), 21),
+    "fdtd": ((67, 37), 21),
+}
+
+
+def _run(name, threads, shape, steps):
+    source = CASES[name][0]
+    args = _args(name, shape, steps, np.random.default_rng(len(shape) * 7 + steps))
+    got = tl.compile(source, options=tl.Options(threads=threads))(*args)
+    return tuple(np.asarray(x) for x in (got if isinstance(got, tuple) else (got,)))
+
+
+_SLOW = {("heat3d", 2), ("heat3d", 3), ("seidel2d", 3), ("fdtd", 3)}  # 3-10 s each
+
+
+@pytest.mark.parametrize(
+    ("name", "threads"),
+    [
+        pytest.param(name, threads, marks=pytest.mark.slow)
+        if (name, threads) in _SLOW or threads == 7
+        else (name, threads)
+        for name in _STENCIL_SIZES
+        for threads in (2, 3, 7)  # 7 threads on 2 cores
+    ],
+)
+def test_stencils_on_flags_match_one_thread(forced, name, threads):
+    shape, steps = _STENCIL_SIZES[name]
+    one = _run(name, 1, shape, steps)
+    got = _run(name, threads, shape, steps)
+    for a, b in zip(got, one):
+        np.testing.assert_array_equal(a, b)  # every element computed as on one thread
+
+
+def test_too_many_chunks_for_the_flags_waits_unit_by_unit(forced, monkeypatch):
+    """With fewer flag slots than the loop has chunks, every thread takes the unit-by-unit
+    waits (decided alike on all of them): the same results."""
+    monkeypatch.setattr(doacross, "TEAM_FLAG_SLOTS", 3)
+    monkeypatch.setenv("TENSORLANG_CACHE", "0")
+    a = np.random.default_rng(5).random((131, 67), dtype=np.float32)
+    few = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, max_specializations=63))
+    one = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=1))(a, T=40)
+    np.testing.assert_array_equal(few(a, T=40), one)
