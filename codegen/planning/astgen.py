@@ -114,9 +114,9 @@ def _lags(rel: isl.UnionMap) -> tuple[int, int, int] | None:
     return max(f[0] for f in found), min(f[1] for f in found), max(f[2] for f in found)
 
 
-def _carries_no_dependence(build: isl.AstBuild, deps: isl.UnionMap, rel: isl.UnionMap | None = None) -> bool:
-    """True when the loop being built has equal iterations for every dependence pair."""
-    rel = _loop_dependences(build, deps) if rel is None else rel
+def _carries_no_dependence(rel: isl.UnionMap) -> bool:
+    """True when the loop being built (the last dimension of `rel`, _loop_dependences) has equal
+    iterations for every dependence pair."""
     if rel.is_empty():
         return True
     for m in _maps(rel):
@@ -300,21 +300,31 @@ def build_ast(
 
     reads = _affine_reads(scop) if footprints else None
     loops: dict[str, LoopInfo] = {}
+    enclosing: list[LoopKind] = []  # the kinds of the loops being built around this one
 
     def before_each_for(build: isl.AstBuild) -> isl.Id:
         rel = _loop_dependences(build, deps)
-        kind = LoopKind.PARALLEL if _carries_no_dependence(build, deps, rel) else LoopKind.SERIAL
+        kind = LoopKind.PARALLEL if _carries_no_dependence(rel) else LoopKind.SERIAL
         key = f"loop{len(loops)}"
         footprints = _iteration_footprints(build, reads) if reads is not None else ()
-        loops[key] = LoopInfo(kind, footprints, _lags(rel) if kind is LoopKind.PARALLEL and lags else None)
+        # lags only where a doacross loop can use them (lowering/doacross.py): a parallel loop
+        # right inside a phase's sequential outer loop
+        doacross = lags and kind is LoopKind.PARALLEL and enclosing == [LoopKind.SERIAL]
+        loops[key] = LoopInfo(kind, footprints, _lags(rel) if doacross else None)
+        enclosing.append(kind)
         return isl.Id(key, context=ctx)
+
+    def after_each_for(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        enclosing.pop()
+        return node
 
     build = isl.AstBuild.from_context(context)
     # the callback handles must outlive the build (dropping them early crashes islpy)
     build, _keep_leaf = build.set_at_each_domain(at_each_domain)
     build, _keep_for = build.set_before_each_for(before_each_for)
+    build, _keep_after = build.set_after_each_for(after_each_for)
     root = build.node_from_schedule(tree)
-    del _keep_leaf, _keep_for
+    del _keep_leaf, _keep_for, _keep_after
     sizes = dict(sizes) if sizes is not None else None
     return LoopAst(root, leaves, loops, _phases(root, leaves, loops), sizes)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..emit.gemm_team import TEAM_HEADER, TEAM_SERIAL, TEAM_SIZE, gemm_team_bytes
+from ..emit.gemm_team import TEAM_FLAGS, TEAM_HEADER, TEAM_LOOP_BYTES, TEAM_SERIAL, TEAM_SIZE, gemm_team_bytes
 from ..planning.runs import PhasePlan
 
 
@@ -29,19 +29,25 @@ class Teams:
         self.views: dict[int, np.ndarray] = {}  # aligned address of a block → its bytes from there
         self._headers: dict[int, np.ndarray] = {}  # aligned address → its header's i64 words
         self._serial = 0  # blocks handed out (TEAM_SERIAL)
+        # blocks whose flag words hold nothing but tags of earlier calls (which never equal a
+        # later call's): a new block, or one a GEMM team packed its panel over, is cleared first
+        self._flags_clean: set[int] = set()
 
     def after_fork(self) -> None:
         self._lock = threading.Lock()
 
     def take(self, threads: int, nbytes: int | None = None) -> tuple[np.ndarray, int]:
         """A block of `nbytes` (None: a GEMM team's), its header cleared, TEAM_SIZE = threads and
-        TEAM_SERIAL numbering the block handed out."""
+        TEAM_SERIAL numbering the block handed out; a loop team's (nbytes >= TEAM_LOOP_BYTES)
+        with flag words that no earlier data can pass for a tag of this call."""
+        loop_team = nbytes is not None and nbytes >= TEAM_LOOP_BYTES
         nbytes = gemm_team_bytes() if nbytes is None else nbytes
         with self._lock:
             while self._idle and self._idle[-1][0].nbytes < nbytes + 64:
                 address = self._idle.pop()[1]  # made for another blocking
                 self.views.pop(address, None)
                 self._headers.pop(address, None)
+                self._flags_clean.discard(address)
             block = self._idle.pop() if self._idle else None
             self._serial += 1
             serial = self._serial
@@ -51,6 +57,11 @@ class Teams:
             block = (buf, address)
             self.views[address] = buf[address - buf.ctypes.data :]  # from the aligned start
             self._headers[address] = self.views[address][:TEAM_HEADER].view(np.int64)
+        if not loop_team:
+            self._flags_clean.discard(block[1])
+        elif block[1] not in self._flags_clean:
+            self.views[block[1]][TEAM_FLAGS:TEAM_LOOP_BYTES].fill(0)
+            self._flags_clean.add(block[1])
         header = self._headers[block[1]]
         header.fill(0)
         header[TEAM_SIZE // 8] = threads

@@ -15,6 +15,7 @@ from conftest import JACOBI_2D_RECURRENCE, jit_exported
 from test_stencils import CASES, _args
 
 import tensorlang as tl
+from codegen.emit.gemm_team import TEAM_FLAG_SLOTS, TEAM_FLAGS, TEAM_LOOP_BYTES, TEAM_SERIAL
 from codegen.lowering import doacross
 from codegen.lowering.barrier import define_flags_wait
 from codegen.lowering.status import ERROR_CANCELLED
@@ -24,9 +25,32 @@ from codegen.runtime import parallel
 
 @pytest.fixture
 def forced(monkeypatch):
-    """Teams for any work (the thresholds would keep these sizes on one thread)."""
+    """Teams for any work (the thresholds would keep these sizes on one thread). Returns a
+    function counting the flag words that the loop teams taken since set with their call's tag
+    (the block's TEAM_SERIAL in the tag's high bits): how many chunks ran on flags."""
     monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 1)
     monkeypatch.setattr(parallel, "TEAM_STEP_WORK", 1)
+    taken: list[int] = []
+    take = parallel._teams.take
+
+    def recording(threads, nbytes=None):
+        block = take(threads, nbytes)
+        if nbytes is not None and nbytes >= TEAM_LOOP_BYTES:
+            taken.append(block[1])
+        return block
+
+    monkeypatch.setattr(parallel._teams, "take", recording)
+
+    def flagged() -> int:
+        count = 0
+        for address in taken:
+            words = parallel._teams.views[address][:TEAM_LOOP_BYTES].view(np.int64)
+            flags = words[TEAM_FLAGS // 8 : TEAM_FLAGS // 8 + TEAM_FLAG_SLOTS]
+            count += int(np.count_nonzero((flags >> 16) == words[TEAM_SERIAL // 8]))
+        taken.clear()
+        return count
+
+    return flagged
 
 
 def _team_loop_lags(kernel, sizes):
@@ -112,7 +136,9 @@ _SLOW = {("heat3d", 2), ("heat3d", 3), ("seidel2d", 3), ("fdtd", 3)}  # 3-10 s e
 def test_stencils_on_flags_match_one_thread(forced, name, threads):
     shape, steps = _STENCIL_SIZES[name]
     one = _run(name, 1, shape, steps)
+    assert forced() == 0
     got = _run(name, threads, shape, steps)
+    assert forced() > 0, "no chunk ran on flags"
     for a, b in zip(got, one):
         np.testing.assert_array_equal(a, b)  # every element computed as on one thread
 
@@ -125,4 +151,30 @@ def test_too_many_chunks_for_the_flags_waits_unit_by_unit(forced, monkeypatch):
     a = np.random.default_rng(5).random((131, 67), dtype=np.float32)
     few = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, max_specializations=63))
     one = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=1))(a, T=40)
-    np.testing.assert_array_equal(few(a, T=40), one)
+    got = few(a, T=40)
+    assert forced() == 0, "chunks ran on flags"
+    np.testing.assert_array_equal(got, one)
+
+
+def test_a_loop_teams_flags_hold_only_tags_of_earlier_calls():
+    """A block a GEMM team packed its panel into is cleared before a loop team's flags use it
+    (its floats could pass for a tag); a loop team's own block keeps its old tags (they never
+    equal a later call's, whose serial is new) and is not cleared per call."""
+    from codegen.runtime.teams import Teams
+
+    teams = Teams()
+    flags = slice(TEAM_FLAGS, TEAM_LOOP_BYTES)
+    gemm = teams.take(2)  # a GEMM team's block
+    teams.views[gemm[1]][flags] = 0xAB
+    teams.give_back(gemm)
+    loop = teams.take(2, TEAM_LOOP_BYTES)
+    assert loop[1] == gemm[1]  # the same block, reused
+    words = teams.views[loop[1]][:TEAM_LOOP_BYTES].view(np.int64)
+    assert not words[TEAM_FLAGS // 8 :].any()
+    serial = int(words[TEAM_SERIAL // 8])
+    words[TEAM_FLAGS // 8 : TEAM_FLAGS // 8 + 5] = (serial << 16) + 1  # this call's tags
+    teams.give_back(loop)
+    again = teams.take(2, TEAM_LOOP_BYTES)
+    words = teams.views[again[1]][:TEAM_LOOP_BYTES].view(np.int64)
+    assert again[1] == loop[1] and words[TEAM_SERIAL // 8] == serial + 1
+    assert (words[TEAM_FLAGS // 8 : TEAM_FLAGS // 8 + 5] == (serial << 16) + 1).all()  # kept, stale
