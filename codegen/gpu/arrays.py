@@ -94,8 +94,10 @@ def device_view(value: object, what: str) -> DeviceView | None:
     if _is_torch(value):
         if not value.is_cuda:
             return None
+        # the interface is read from a detached alias (torch refuses it on a tensor that requires
+        # grad), but the owner is the caller's own tensor: `k(x, out=t) is t` must hold
         tensor = value.detach()
-        view = from_cuda_array_interface(_interface(tensor, what), tensor, what, "torch")
+        view = from_cuda_array_interface(_interface(tensor, what), value, what, "torch")
         return _with(view, device=tensor.device.index or 0)
     if hasattr(type(value), "__cuda_array_interface__") or hasattr(value, "__cuda_array_interface__"):
         kind = "cupy" if _is_cupy(value) else "tensorlang" if isinstance(value, DeviceArray) else "cai"

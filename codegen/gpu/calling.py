@@ -12,8 +12,10 @@ One call, in order:
 3. the kernel for these sizes and the device's architecture: plan, PTX, module (cached);
 4. temporaries and the error record from the device's pool (a `+=` without `!` target zeroed),
    every phase launched in order on one stream (PyTorch's current stream in a device call with
-   torch tensors, else the legacy default stream), the error record read back, the stream
-   synchronised: a call returns only when the GPU is done with every buffer;
+   torch tensors, else the legacy default stream), a host call's results and then the error
+   record read back, which waits for the stream: a call returns only when the GPU is done with
+   every buffer. Few driver calls: an error record read back as zeros is reused without
+   clearing, and on the default stream the last copy is the wait;
 5. a failed run-time check (error[0] != 0) raises the same ArgumentError as on the CPU.
 """
 
@@ -82,6 +84,9 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
     module = rt.load_module(dev, spec.ptx, spec.digest)
     pooled: list[rt.Buffer] = []
     keep: list[object] = []  # host staging arrays alive until the copies are done
+    error_buf: rt.Buffer | None = None
+    error = np.zeros(4, np.int64)
+    idle = False  # the stream has finished everything this call queued
     slots: dict[str, _Slot] = {}
     results: dict[str, object] = {}
     try:
@@ -110,31 +115,33 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
             if t.name in interface.uninitialised:
                 dev.memset(buf.ptr, buf.nbytes, stream)
             slots[t.name] = _Slot(buf.ptr)
-        error_buf = _pooled(dev, 32, pooled)
-        dev.memset(error_buf.ptr, 32, stream)
+        error_buf = dev.error_record(stream)
         params = pack_pointers([slots[n].ptr for n in spec.tensors], error_buf.ptr)
         rt.launch_phases(dev, module, spec.launches, params, stream)
-        error = np.zeros(4, np.int64)
-        dev.to_host(error.ctypes.data, error_buf.ptr, 32, stream)
-        dev.synchronize(stream)
-        if error[0] != 0:
-            raise messages.runtime_error(name, kernel.scop, int(error[0]), error)
-        for t in interface.outputs:
+        for t in interface.outputs:  # a host call's results (garbage if a check failed: not read)
             slot = slots[t.name]
             if slot.fetch is not None:
                 dev.to_host(slot.fetch.ctypes.data, slot.ptr, slot.fetch.nbytes, stream)
-        dev.synchronize(stream)
+        # the error record last, and the wait for the stream with it: on the default stream one
+        # driver call does both (each costs tens of microseconds on some hosts)
+        dev.to_host_and_wait(error.ctypes.data, error_buf.ptr, rt.ERROR_RECORD_BYTES, stream)
+        idle = True
+        if error[0] != 0:
+            raise messages.runtime_error(name, kernel.scop, int(error[0]), error)
         for t in interface.outputs:
             _write_back(slots[t.name], results, t.name)
     finally:
         # buffers go back to the pool only once the stream is done with them (copies from the
         # host, memsets and launches are asynchronous), also when the call failed half-way
-        try:
-            dev.synchronize(stream)
-        except Exception:  # noqa: BLE001 - the original error is the one to report
-            pooled = []  # the stream is in an unknown state: leak rather than reuse
+        if not idle:
+            try:
+                dev.synchronize(stream)
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pooled, error_buf = [], None  # the stream is in an unknown state: leak rather than reuse
         for buf in pooled:
             dev.release(buf)
+        if error_buf is not None:
+            dev.return_error_record(error_buf, zero=idle and not error.any())
     values = tuple(results[t.name] for t in interface.outputs)
     return values[0] if len(values) == 1 else values
 
@@ -344,7 +351,7 @@ def _write_back(slot: _Slot, results: dict, name: str) -> None:
     owner = target.owner
     if target.kind == "torch":
         torch = sys.modules["torch"]
-        owner.copy_(torch.from_numpy(slot.fetch))
+        owner.detach().copy_(torch.from_numpy(slot.fetch))  # in place, outside autograd
     elif target.kind == "cupy":
         owner[...] = sys.modules["cupy"].asarray(slot.fetch)
     else:  # refused before the launch (_check_outputs)

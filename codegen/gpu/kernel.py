@@ -46,9 +46,10 @@ class CudaSpecialisation:
             )
         storage = {}
         in_shared = {v.tensor for p in mapping.phases if p.rows is not None for v in p.rows.local}
+        in_shared |= {t for p in mapping.phases for t in p.private}  # in registers
         for t in plan.program.temporaries:
             shape = tuple(compile_size_expr(d)(sizes) for d in t.shape)
-            if t.name in in_shared:  # lives in shared memory (gpu/rows.py): its pointer is unused
+            if t.name in in_shared:  # in shared memory (gpu/rows.py) or registers: the pointer is unused
                 shape = (1,) * len(shape)
             fold = plan.folded.get(t.name)
             if fold is not None:  # stored modulo its dependence distance: never more than needed

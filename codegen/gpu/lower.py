@@ -4,7 +4,7 @@ The phase bodies are emitted by the CPU lowering's own jobs (loops, statements, 
 subclass that changes only what differs on the GPU:
 
 * each phase is an internal, always-inlined function `tl_phase<n>(tensors..., error, lo0, hi0,
-  lo1, hi1) -> i32`; the mapped loops run [lo, hi) only, as the CPU's thread-split outer loop
+  ..., lo3, hi3) -> i32` (one pair per mapped loop, up to MAX_MAPPED); the mapped loops run [lo, hi) only, as the CPU's thread-split outer loop
   does (the same restricted-loop code, LoopLowering._open_loop);
 * the entry `tl_<def>_phase<n>(tensors..., i64* error)` (calling convention ptx_kernel) computes
   the global thread id, decomposes it into one iteration of each mapped loop (the fastest loop
@@ -36,7 +36,7 @@ from ..emit.builtins import emit_builtin
 from ..emit.vecmath import VECMATH_BUILTINS, emit_vecmath
 from ..lowering.lower import Lowering
 from ..planning.plan import KernelPlan, PhaseDecision, Split
-from .mapping import GridMapping, PhaseMapping
+from .mapping import MAX_MAPPED, GridMapping, PhaseMapping
 from .rowlower import RowLowering
 from .tilelower import TileLowering
 from .tiles import TileMapping
@@ -103,7 +103,7 @@ class GpuLowering(TileLowering, RowLowering, Lowering):
 
     def begin_phase(self, n: int) -> None:
         tensor_types = [V.memory_type(self.program.tensor(t).dtype).as_pointer() for t in self.layout.tensors]
-        ty = ll.FunctionType(V.I32, tensor_types + [V.I64.as_pointer()] + [V.I64] * 4)
+        ty = ll.FunctionType(V.I32, tensor_types + [V.I64.as_pointer()] + [V.I64] * (2 * MAX_MAPPED))
         fn = ll.Function(self.module, ty, f"tl_phase{n}")
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
@@ -122,6 +122,16 @@ class GpuLowering(TileLowering, RowLowering, Lowering):
             raise ValueError("the cuda target needs a plan specialised to sizes")
         self.params = {p: ll.Constant(V.I64, int(self.param_values[p])) for p in self.layout.params}
         self.pointers = dict(zip(self.layout.tensors, fn.args))
+        self.private_cells = {}  # tensor → its one element in this thread (gpu/private.py)
+        for tensor in self.phase_map.private if self.phase_map is not None else ():
+            ty = V.memory_type(self.program.tensor(tensor).dtype)
+            cell = self.b.alloca(ty, name=f"{tensor}.private")
+            self.b.store(ll.Constant(ty, None), cell)  # zero, as the runtime's memset would leave it
+            self.private_cells[tensor] = cell
+
+    def address(self, tensor: str, subscripts, read) -> ll.Value:
+        cell = self.private_cells.get(tensor)
+        return cell if cell is not None else super().address(tensor, subscripts, read)
 
     def emit_for(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         grid = self.phase_map
@@ -184,7 +194,7 @@ class GpuLowering(TileLowering, RowLowering, Lowering):
         total = grid.threads if grid.loops else 1
         b.cbranch(b.icmp_unsigned("<", gid, ll.Constant(V.I64, total)), run, done)
         b.position_at_end(run)
-        bounds: list[ll.Value] = [ll.Constant(V.I64, 0)] * 4
+        bounds: list[ll.Value] = [ll.Constant(V.I64, 0)] * (2 * MAX_MAPPED)
         rest = gid
         for n in reversed(grid.order):  # the fastest varying loop is the lowest digit
             loop = grid.loops[n]

@@ -3,8 +3,9 @@
 The first, simple and correct mapping (PPCG-style, without tiling or shared memory):
 
 * a phase whose outermost loop carries no dependence maps that loop to threads, one thread per
-  iteration; when the loop directly inside it is parallel too and its bounds do not depend on
-  the outer iterator, one thread per (outer, inner) pair. The pair is flattened to a 1-D grid
+  iteration; while the loop directly inside is parallel too and its bounds do not depend on
+  the outer iterators, it is mapped as well (up to MAX_MAPPED loops): one thread per tuple of
+  iterations. The tuple is flattened to a 1-D grid
   with the loop that indexes the written tensor's stride-1 dimension varying fastest, so that
   neighbouring threads of a warp store (and usually load) neighbouring elements: coalescing;
 * when loops remain inside the mapped ones (a row reduction, say), the row is spread over a
@@ -29,11 +30,15 @@ from tensorlang import ir
 
 from ..planning.astgen import LoopKind, contains_loop, expr_mentions, leaves_under, loop_range, unwrap
 from ..planning.plan import KernelPlan
+from .private import thread_private
 from .rows import RowMapping, _subscripts, row_mapping
 from .tiles import TileMapping, tile_mapping
 
 #: threads per block of a mapped phase (a multiple of the warp size)
 BLOCK_THREADS = 256
+#: at most this many nested parallel loops are mapped to one thread each (a 4-D initialisation
+#: `O(n, f, h, w) = 0` spreads over n·f·h·w threads, not n·f threads of 56² sequential stores)
+MAX_MAPPED = 4
 WARP = 32
 
 
@@ -61,6 +66,7 @@ class PhaseMapping:
     reason: str  # why this mapping (printed)
     rows: RowMapping | TileMapping | None = None  # a row per block or warp, or C's tiles
     sequential: str = ""  # why the loops inside the mapped ones stay sequential (printed)
+    private: tuple[str, ...] = ()  # temporaries each thread keeps in a register (gpu/private.py)
 
     @property
     def threads(self) -> int:
@@ -104,6 +110,11 @@ class PhaseMapping:
             + f"one thread per {dims} = {self.threads} threads, grid {self.blocks} x {self.block}; "
             + f"{fastest} varies fastest ({self.reason}); inner loops sequential per thread"
             + (f" ({self.sequential})" if self.sequential else "")
+            + (
+                f"; {', '.join(self.private)} kept in registers (each thread its own element, never in memory)"
+                if self.private
+                else ""
+            )
         )
 
 
@@ -141,35 +152,42 @@ def _map_phase(plan: KernelPlan, index: int, phase, values: Mapping) -> PhaseMap
             inner, why = _inner_parallel(plan, phase, values)
             if inner is not None:
                 reason += f"; the loop {inner.iterator} inside it is mapped instead, {name} runs in each thread ({why})"
-                return PhaseMapping(index, statements, (inner,), 0, reason)
+                private = thread_private(plan, phase, (inner.iterator,))
+                return PhaseMapping(index, statements, (inner,), 0, reason, private=private)
             reason += f"; {why}"
         return PhaseMapping(index, statements, (), 0, reason)
     outer = _mapped(plan, unwrap(phase.loop), values)
     if outer is None:
         return PhaseMapping(index, statements, (), 0, "the parallel outer loop's bounds are not constant")
     loops = [outer]
-    inner_node = unwrap(unwrap(phase.loop).for_get_body())
-    if (
-        inner_node.get_type() == isl.ast_node_type.for_
-        and not inner_node.for_is_degenerate()
-        and plan.ast.loops[inner_node.get_annotation().get_name()].kind is LoopKind.PARALLEL
-    ):
+    node = unwrap(phase.loop)
+    while len(loops) < MAX_MAPPED:  # the perfectly nested parallel loops inside, with fixed bounds
+        inner_node = unwrap(node.for_get_body())
+        if (
+            inner_node.get_type() != isl.ast_node_type.for_
+            or inner_node.for_is_degenerate()
+            or plan.ast.loops[inner_node.get_annotation().get_name()].kind is not LoopKind.PARALLEL
+        ):
+            break
         inner = _mapped(plan, inner_node, values)
-        if inner is not None:
-            loops.append(inner)
+        if inner is None:
+            break
+        loops.append(inner)
+        node = inner_node
     if len(loops) == 1:
         fastest, reason = 0, "the only mapped loop"
     else:
         fastest, reason = _coalescing(plan, phase, loops)
-    found = PhaseMapping(index, statements, tuple(loops), fastest, reason)
-    body = unwrap(unwrap(phase.loop).for_get_body()) if len(loops) == 1 else unwrap(inner_node.for_get_body())
+    private = thread_private(plan, phase, tuple(loop.iterator for loop in loops))
+    found = PhaseMapping(index, statements, tuple(loops), fastest, reason, private=private)
+    body = unwrap(node.for_get_body())
     if not contains_loop(body):
         return found
     iterators = tuple(loop.iterator for loop in loops)
     rows, why = row_mapping(plan, body, found.threads, values, iterators, statements)
     if rows is None:
         return dataclasses.replace(found, sequential=f"no block per row: {why}")
-    return dataclasses.replace(found, rows=rows)
+    return dataclasses.replace(found, rows=rows, private=())  # a row's threads share its elements
 
 
 def _inner_parallel(plan: KernelPlan, phase, values: Mapping) -> tuple[MappedLoop | None, str]:

@@ -198,6 +198,7 @@ class Device:
         self._free: dict[int, list[int]] = {}  # rounded size → free allocations
         self._kept = 0
         self._pool_lock = threading.Lock()
+        self._zeroed: list[Buffer] = []  # error records known to hold zeros (read back so)
 
     def __repr__(self) -> str:
         return f"<cuda device {self.ordinal}: {self.name}, {self.arch}>"
@@ -241,6 +242,25 @@ class Device:
         for ptr in victims:
             call(self.drv, "cuMemFree", self.drv.CUdeviceptr(ptr), what="cuMemFree")
 
+    def error_record(self, stream: int) -> Buffer:
+        """A zeroed 32-byte error record: one that a call read back as zeros, else a new one
+        cleared on `stream` (each driver call costs tens of microseconds on some hosts: a
+        call should not spend one clearing a record that is known to be clear)."""
+        with self._pool_lock:
+            if self._zeroed:
+                return self._zeroed.pop()
+        buf = self.alloc(ERROR_RECORD_BYTES)
+        self.memset(buf.ptr, ERROR_RECORD_BYTES, stream)
+        return buf
+
+    def return_error_record(self, buf: Buffer, zero: bool) -> None:
+        """After the call's stream is done with it; `zero`: the call read it back as zeros."""
+        if not zero:
+            self.release(buf)
+            return
+        with self._pool_lock:
+            self._zeroed.append(buf)
+
     # ------------------------------------------------------------------ copies, launches, streams
 
     def memset(self, ptr: int, nbytes: int, stream: int) -> None:
@@ -268,6 +288,16 @@ class Device:
             call(d, "cuMemcpyDtoHAsync", host_address, d.CUdeviceptr(ptr), nbytes, d.CUstream(stream),
                  what="cuMemcpyDtoHAsync")  # fmt: skip
 
+    def to_host_and_wait(self, host_address: int, ptr: int, nbytes: int, stream: int) -> None:
+        """Copy to the host once everything queued on `stream` is done, and return then: one
+        synchronous copy on the legacy default stream (0), else a copy and a synchronise."""
+        if stream == 0:
+            d = self.drv
+            call(d, "cuMemcpyDtoH", host_address, d.CUdeviceptr(ptr), nbytes, what="cuMemcpyDtoH")
+            return
+        self.to_host(host_address, ptr, nbytes, stream)
+        self.synchronize(stream)
+
     def synchronize(self, stream: int) -> None:
         call(self.drv, "cuStreamSynchronize", self.drv.CUstream(stream), what="cuStreamSynchronize")
 
@@ -293,6 +323,10 @@ class Device:
             )
         except TensorLangError:
             return None
+
+
+#: a call's error record: [code, check id, dim, value] as int64 (gpu/lower.py _run_thread)
+ERROR_RECORD_BYTES = 32
 
 
 def _rounded(nbytes: int) -> int:

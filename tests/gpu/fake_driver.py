@@ -149,6 +149,10 @@ class FakeDriver(types.SimpleNamespace):
         ctypes.memmove(int(dst), int(src), count)
         return self._result("cuMemcpyDtoHAsync")
 
+    def cuMemcpyDtoH(self, dst, src, count):  # noqa: N802 - synchronous, on the legacy stream
+        ctypes.memmove(int(dst), int(src), count)
+        return self._result("cuMemcpyDtoH")
+
     def cuStreamSynchronize(self, stream):  # noqa: N802
         return self._result("cuStreamSynchronize")
 

@@ -129,3 +129,88 @@ def test_emulated_gather() -> None:
     np.testing.assert_array_equal(
         emulate(GATHER, {"V": 50, "E": 8, "B": 5}, {"T": T, "I": index})["O"], T[index]
     )
+
+
+# ---------------------------------------------------------------------------- registers (gpu/private.py)
+
+CHAIN = (
+    "def chain(float(N) a, float(N) b, float(N) c) -> (o) {\n  t1(i) = a(i) * b(i) + c(i)\n"
+    "  t2(i) = tanh(t1(i))\n  t3(i) = t2(i) * 0.5 + a(i)\n  o(i) = t3(i) * t3(i) - b(i)\n}"
+)
+ROW_SUM_3D = "def f(float(M,N,K) A) -> (y) {\n  t(i) +=! A(i,j,k)\n  y(i) = t(i) * 2\n}"
+TILE_2D = "def f(float(M,N) a) -> (o) {\n  t(i,j) = a(i,j) * 2\n  o(i,j) = t(i,j) + 1\n}"
+ROW_READ = "def f(float(M,N) a) -> (o) {\n  t(i,j) = a(i,j) * 2\n  o(i,j) = t(i,j) + t(i,0)\n}"
+SHARED_LATER = "def f(float(N) a) -> (o) {\n  t(i) = a(i) * 2\n  s +=! t(i)\n  o(i) = t(i) / s\n}"
+
+
+@pytest.mark.parametrize("n", [1, 7, 1009])
+def test_chain_temporaries_live_in_registers(n) -> None:
+    if n > 1:  # one element: no loop, single-thread phases
+        (line,) = plan_lines(CHAIN, {"N": n})
+        assert "t1, t2, t3 kept in registers" in line
+        ptx = tl.compile(CHAIN, target="cuda").inspect("ptx", sizes={"N": n})
+        assert ptx.count("st.global") == 1  # o alone is stored
+    a = rand(n)
+    b, c = np.random.default_rng(1).uniform(-1, 1, (2, n)).astype(np.float32)
+    t3 = np.tanh(a * b + c) * np.float32(0.5) + a
+    np.testing.assert_allclose(
+        emulate(CHAIN, {"N": n}, {"a": a, "b": b, "c": c})["o"], t3 * t3 - b, rtol=1e-5, atol=1e-6
+    )
+
+
+def test_a_row_accumulator_lives_in_a_register() -> None:
+    sizes = {"M": 5, "N": 7, "K": 3}
+    (line,) = plan_lines(ROW_SUM_3D, sizes)
+    assert "t kept in registers" in line and "inner loops sequential" in line
+    A = rand(5, 7, 3)
+    np.testing.assert_allclose(emulate(ROW_SUM_3D, sizes, {"A": A})["y"], 2 * A.sum((1, 2)), rtol=1e-5)
+
+
+@pytest.mark.parametrize("sizes", [{"M": 5, "N": 7}, {"M": 13, "N": 37}, {"M": 1, "N": 1}])
+def test_a_2d_temporary_lives_in_registers(sizes) -> None:
+    if sizes["N"] > 1:
+        (line,) = plan_lines(TILE_2D, sizes)
+        assert "t kept in registers" in line
+    a = rand(sizes["M"], sizes["N"])
+    np.testing.assert_array_equal(emulate(TILE_2D, sizes, {"a": a})["o"], a * 2 + 1)
+
+
+@pytest.mark.parametrize(
+    ("src", "sizes", "reference"),
+    [
+        (ROW_READ, {"M": 5, "N": 7}, lambda a: 2 * a + 2 * a[:, :1]),  # read at another element
+        (SHARED_LATER, {"N": 11}, lambda a: 2 * a / (2 * a).sum()),  # read by other phases
+    ],
+)
+def test_temporaries_other_threads_or_phases_read_stay_in_memory(src, sizes, reference) -> None:
+    assert not any("registers" in line for line in plan_lines(src, sizes))
+    a = rand(*sizes.values())
+    np.testing.assert_allclose(emulate(src, sizes, {"a": a})["o"], reference(a), rtol=1e-5)
+
+
+SCALE_4D = "def f(float(N,C,H,W) a) -> (o) { o(n,c,h,w) = a(n,c,h,w) * 2 + 1 }"
+CONV = "def conv(float(N,C,H,W) I, float(F,C,KH,KW) Wt) -> (O) { O(n,f,h,w) +=! I(n,c,h+kh,w+kw) * Wt(f,c,kh,kw) }"
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 5, 7), (3, 1, 11, 13), (1, 2, 1, 3)])
+def test_a_4d_nest_maps_every_parallel_loop(shape) -> None:
+    sizes = dict(zip("NCHW", shape))
+    lines = plan_lines(SCALE_4D, sizes)
+    if min(shape) > 1:
+        (line,) = lines
+        assert f"c0[{shape[0]}] x c1[{shape[1]}] x c2[{shape[2]}] x c3[{shape[3]}]" in line
+        assert "c3 varies fastest" in line
+    a = rand(*shape)
+    np.testing.assert_array_equal(emulate(SCALE_4D, sizes, {"a": a})["o"], a * 2 + 1)
+
+
+def test_a_convolutions_initialisation_is_one_thread_per_element() -> None:
+    # it was one thread per (n, f) storing 56² zeros one after another: half of conv2d's time
+    sizes = {"N": 2, "C": 3, "H": 9, "W": 11, "F": 5, "KH": 3, "KW": 3}
+    init = plan_lines(CONV, sizes)[0]
+    assert "(I0)" in init and "c0[2] x c1[5] x c2[7] x c3[9] = 630 threads" in init
+    img, Wt = rand(2, 3, 9, 11), rand(5, 3, 3, 3, seed=1)
+    ref = np.einsum(
+        "nchwij,fcij->nfhw", np.lib.stride_tricks.sliding_window_view(img, (3, 3), axis=(2, 3)), Wt
+    )
+    np.testing.assert_allclose(emulate(CONV, sizes, {"I": img, "Wt": Wt})["O"], ref, rtol=1e-4, atol=1e-5)

@@ -262,10 +262,11 @@ def test_driver_failures_reach_the_user_as_tensorlang_errors(fake) -> None:
     with pytest.raises(tl.TensorLangError, match="CUDA_ERROR_INVALID_PTX.*could not JIT-compile"):
         k(T, index)
     del fake.fail["cuModuleLoadDataEx"]
-    fake.fail["cuStreamSynchronize"] = CUresult.CUDA_ERROR_LAUNCH_FAILED
-    with pytest.raises(tl.TensorLangError, match="cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED"):
+    # a host call waits for the default stream with its last copy (the error record)
+    fake.fail["cuMemcpyDtoH"] = CUresult.CUDA_ERROR_LAUNCH_FAILED
+    with pytest.raises(tl.TensorLangError, match="cuMemcpyDtoH failed: CUDA_ERROR_LAUNCH_FAILED"):
         k(T, index)
-    del fake.fail["cuStreamSynchronize"]
+    del fake.fail["cuMemcpyDtoH"]
     np.testing.assert_array_equal(k(T, index), T[index])
 
 
@@ -336,6 +337,27 @@ def test_out_of_range_gather_raises_argument_error(fake) -> None:
     np.testing.assert_array_equal(
         k(T, np.array([0, 5, 2, 1], np.int32)), T[[0, 5, 2, 1]]
     )  # the record is reset
+
+
+def test_a_clear_error_record_is_reused_without_clearing_and_a_set_one_never(fake) -> None:
+    k = compiled(fake, GATHER, {"V": 6, "E": 3, "B": 4})
+    T, good, bad = rand(6, 3), np.array([0, 5, 2, 1], np.int32), np.array([0, 9, 2, 1], np.int32)
+
+    def driver_calls() -> list[str]:
+        start = len(fake.calls)
+        np.testing.assert_array_equal(k(T, good), T[good])
+        return [name for name, _ in fake.calls[start:]]
+
+    driver_calls()
+    steady = driver_calls()
+    # inputs in, one launch, the result out, the error record out (the wait): no memset, no sync
+    assert steady.count("cuLaunchKernel") == 1 and steady.count("cuMemcpyDtoH") == 1
+    assert "cuMemsetD8Async" not in steady and "cuStreamSynchronize" not in steady
+    for _ in range(2):
+        with pytest.raises(tl.ArgumentError, match="index 9 out of range"):
+            k(T, bad)
+        assert "cuMemsetD8Async" in driver_calls()  # the set record was not reused: a new one, cleared
+    assert "cuMemsetD8Async" not in driver_calls()
 
 
 def test_integer_division_by_zero(fake) -> None:
