@@ -77,6 +77,7 @@ class CudaKernel:
         self._plans: dict[tuple, object] = {}
         self._specs: dict[tuple, CudaSpecialisation] = {}
         self._checked: set[tuple[int, ...]] = set()
+        self.torch_plans: dict[tuple, object] = {}  # input signature → TorchCallPlan (gpu/fastcall.py)
         self._host = None  # the def's CPU Kernel: shapes and size checks (nothing compiled)
         self._lock = threading.Lock()
 
@@ -106,6 +107,12 @@ class CudaKernel:
         from .calling import call
 
         try:
+            if self.torch_plans and out is None and not sizes:
+                from .fastcall import MISSING, torch_call
+
+                found = torch_call(self, inputs)
+                if found is not MISSING:
+                    return found
             return call(self, inputs, out, sizes)
         except rt.CudaUnavailable as exc:
             raise TensorLangError(f"{self.name}: cannot run a target='cuda' kernel here: {exc}") from exc

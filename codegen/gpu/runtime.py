@@ -199,6 +199,7 @@ class Device:
         self._kept = 0
         self._pool_lock = threading.Lock()
         self._zeroed: list[Buffer] = []  # error records known to hold zeros (read back so)
+        self._unread: int | None = None
 
     def __repr__(self) -> str:
         return f"<cuda device {self.ordinal}: {self.name}, {self.arch}>"
@@ -252,6 +253,14 @@ class Device:
         buf = self.alloc(ERROR_RECORD_BYTES)
         self.memset(buf.ptr, ERROR_RECORD_BYTES, stream)
         return buf
+
+    def unread_error_record(self) -> int:
+        """The record passed to kernels that never read or write theirs (gpu/fastcall.py)."""
+        if self._unread is None:
+            with self._pool_lock:
+                if self._unread is None:
+                    self._unread = int(call(self.drv, "cuMemAlloc", ERROR_RECORD_BYTES, what="cuMemAlloc"))
+        return self._unread
 
     def return_error_record(self, buf: Buffer, zero: bool) -> None:
         """After the call's stream is done with it; `zero`: the call read it back as zeros."""

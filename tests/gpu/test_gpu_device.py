@@ -125,6 +125,36 @@ def test_torch_matmul_and_requires_grad() -> None:
     torch.testing.assert_close(c, a.detach() @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_repeated_torch_calls_take_the_quick_path_and_stay_correct() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    k = quiet_compile(SOFTMAX)
+    x = torch.randn(257, 129, device="cuda")
+    first = k(x)
+    assert len(k.torch_plans) == 1  # recorded by the full call: softmax cannot fail at run time
+    results = [k(x * s) for s in (1.0, 2.0, -3.0)]  # quick calls: asynchronous, on torch's stream
+    for s, y in zip((1.0, 2.0, -3.0), results):
+        torch.testing.assert_close(y, torch.softmax(x * s, 1), rtol=1e-5, atol=1e-6)
+    assert first.data_ptr() != results[0].data_ptr() and len({y.data_ptr() for y in results}) == 3
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # the quick path launches on the current stream
+        z = k(x)
+    side.synchronize()
+    torch.testing.assert_close(z, torch.softmax(x, 1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        k(x.T.contiguous().T), torch.softmax(x, 1), rtol=1e-5, atol=1e-6
+    )  # strided: full
+    torch.testing.assert_close(k(x[:100]), torch.softmax(x[:100], 1), rtol=1e-5, atol=1e-6)  # new signature
+    assert len(k.torch_plans) == 2
+    g = quiet_compile(GATHER)  # can fail at run time: every call checks and waits
+    T = torch.randn(50, 3, device="cuda")
+    g(T, torch.tensor([1, 2], dtype=torch.int32, device="cuda"))
+    assert not g.torch_plans
+    with pytest.raises(tl.ArgumentError, match="index 50 out of range"):
+        g(T, torch.tensor([1, 50], dtype=torch.int32, device="cuda"))
+
+
 def test_cupy_arrays() -> None:
     cupy = pytest.importorskip("cupy")
     k = quiet_compile(SOFTMAX)

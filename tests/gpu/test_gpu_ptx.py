@@ -171,3 +171,15 @@ def test_every_math_builtin_assembles(name: str, tmp_path) -> None:
             "ptx", sizes={"N": 10}, arch="sm_80"
         )
         assemble(ptx, "sm_80", tmp_path)
+
+
+def test_which_kernels_cannot_fail_at_run_time() -> None:
+    """gpu/fastcall.py returns a PyTorch call at once only when no entry reads the error record."""
+    from codegen.gpu.fastcall import cannot_fail
+
+    chain = tl.compile("def f(float(N) a) -> (o) { o(i) = tanh(a(i)) * 2 }", target="cuda")
+    assert cannot_fail(chain.inspect("ptx", sizes={"N": 1000}))
+    gather = tl.compile("def emb(float(V,E) T, int32(B) I) -> (O) { O(b,e) = T(I(b), e) }", target="cuda")
+    assert not cannot_fail(gather.inspect("ptx", sizes={"V": 50, "E": 3, "B": 7}))
+    divide = tl.compile("def dv(int32(N) a, int32(N) b) -> (o) { o(i) = a(i) / b(i) }", target="cuda")
+    assert not cannot_fail(divide.inspect("ptx", sizes={"N": 100}))
