@@ -45,7 +45,9 @@ class CudaSpecialisation:
                 f"{interface.name}: internal compiler error: a cuda plan with x86-only steps"
             )
         storage = {}
-        in_shared = {v.tensor for p in mapping.phases if p.rows is not None for v in p.rows.local}
+        in_shared = {
+            v.tensor for p in mapping.phases if p.rows is not None for v in p.rows.local if v.first_step < 0
+        }
         in_shared |= {t for p in mapping.phases for t in p.private}  # in registers
         for t in plan.program.temporaries:
             shape = tuple(compile_size_expr(d)(sizes) for d in t.shape)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ll
 
+from tensorlang import ir
+
 from ..emit import values as V
 from ..lowering.state import PolyLeafContext
 from ..planning.astgen import leaves_under
@@ -65,6 +67,7 @@ class RowLowering:
 
     redirect: dict | None = None  # statement → its accumulator cell, inside a strided loop
     row_local: dict | None = None  # temporary → RowLocal: kept in the row's shared memory
+    row_step = -1  # the row step being emitted
     rowmem: ll.Value | None = None  # the step function's row region of shared memory
 
     # ------------------------------------------------------------------ the operations
@@ -75,6 +78,7 @@ class RowLowering:
         self.row_local = {v.tensor: v for v in rows.local}
         sync = ("barrier",)
         for k, step in enumerate(rows.steps):
+            self.row_step = k
             if step.kind == "scalar":
                 fn, env, rowtid, _, _ = self._step_function(grid, f"{k}")
                 with self.b.if_then(self.b.icmp_unsigned("==", rowtid, _const(0))):
@@ -171,11 +175,22 @@ class RowLowering:
 
     def address(self, tensor: str, subscripts, read) -> ll.Value:
         local = self.row_local.get(tensor) if self.row_local else None
-        if local is None:
+        if local is None or 0 <= self.row_step <= local.first_step:  # a copy: global until loaded
             return super().address(tensor, subscripts, read)
+        return self._row_address(local, subscripts)
+
+    def value(self, e):
+        local = self.row_local.get(e.tensor) if self.row_local and isinstance(e, ir.Read) else None
+        if local is None or local.first_step != self.row_step:
+            return super().value(e)
+        loaded = super().value(e)  # the copy's first step: from global memory, kept for the later ones
+        V.store_element(self.b, loaded, self._row_address(local, e.indices), e.dtype)
+        return loaded
+
+    def _row_address(self, local, subscripts) -> ll.Value:
         # the other subscripts name the row (gpu/rows.py): the row's region holds its elements
         b = self.b
-        dtype = self.program.tensor(tensor).dtype
+        dtype = self.program.tensor(local.tensor).dtype
         base = b.bitcast(b.gep(self.rowmem, [_const(local.offset)]), V.memory_type(dtype).as_pointer())
         return b.gep(base, [self.index_value(subscripts[local.dim])], inbounds=True)
 

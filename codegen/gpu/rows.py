@@ -67,13 +67,16 @@ class RowStep:
 class RowLocal:
     """A temporary that lives only inside each row: kept in shared memory, `extent` elements
     of `bytes` each per row, indexed by its subscript `dim` (its other subscripts name the row),
-    at `offset` bytes in the row's region."""
+    at `offset` bytes in the row's region. With `first_step` >= 0, a *copy* instead: a tensor
+    the row only reads, in several loop steps, loaded from global memory in step `first_step`
+    (and stored into the region as it is) and read from the region in the later steps."""
 
     tensor: str
     dim: int
     extent: int
     bytes: int
     offset: int
+    first_step: int = -1
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,12 @@ class RowMapping:
         sync = "warp barrier" if self.per_block > 1 else "barrier"
         text = f"{unit}, grid {self.blocks} x {self.block} ({why}); steps {f' {sync} '.join(parts)}"
         for v in self.local:
+            if v.first_step >= 0:
+                text += (
+                    f"; {v.tensor}'s row read once from global memory (step {v.first_step + 1}) and kept "
+                    "in shared memory for the later steps"
+                )
+                continue
             text += (
                 f"; {v.tensor} lives in shared memory ({v.extent} elements per row, never in global memory)"
             )
@@ -199,6 +208,7 @@ def row_mapping(
                 threads *= 2
         found = RowMapping(threads, rows, 1, length, tuple(steps))
     local = _row_locals(plan, found, set(mapped), set(statements))
+    local += _row_copies(plan, found, set(mapped), values, local)
     return dataclasses.replace(found, local=local), ""
 
 
@@ -233,6 +243,62 @@ def _row_locals(plan, rows: RowMapping, mapped: set[str], statements: set[str]) 
         if need * rows.per_block > LOCAL_BUDGET:
             continue
         out.append(RowLocal(tensor, dim, extent, size, offset))
+        offset = need
+    return tuple(out)
+
+
+def _row_copies(plan, rows: RowMapping, mapped: set[str], values: Mapping, local) -> tuple[RowLocal, ...]:
+    """The tensors the row only reads, in two or more loop steps, that can be read from global
+    memory once: a softmax reads its input row for the maximum and again for the exponentials.
+    Each is read, in every step, at the element the step's iterator names in one subscript (the
+    others name the row), by loops over the same range (so the first covers what the later ones
+    read), outside any conditional expression (so every element is loaded in the first)."""
+    statements = [name for step in rows.steps for name in step.statements]
+    written = {plan.scop.statement(name).statement.tensor for name in statements}
+    unsure = set(written)  # tensors read in scalar steps or under a conditional: never copied
+    for step in rows.steps:
+        for name in step.statements:
+            st = plan.scop.statement(name).statement
+            if step.kind == "scalar":
+                unsure |= _tensors(plan.scop.statement(name))
+            for node in ir.walk(st.rhs):
+                if isinstance(node, ir.Select) or (isinstance(node, ir.Binary) and node.op in ("&&", "||")):
+                    unsure |= {r.tensor for r in ir.walk(node) if isinstance(r, ir.Read)}
+    reads: dict[str, list[tuple[int, tuple | None, str]]] = {}
+    for k, step in enumerate(rows.steps):
+        if step.kind == "loop":
+            for tensor, subs in step.accesses:
+                if tensor not in unsure:
+                    reads.setdefault(tensor, []).append((k, subs, step.iterator))
+    out: list[RowLocal] = []
+    offset = max((-(-(v.offset + v.extent * v.bytes) // 8) * 8 for v in local), default=0)
+    for tensor, found in sorted(reads.items()):
+        steps = sorted({k for k, _, _ in found})
+        if len(steps) < 2:
+            continue
+        shapes, ranges = set(), set()  # ranges: the elements each step reads along the moving subscript
+        for k, subs, iterator in found:
+            moving = [d for d, sub in enumerate(subs or ()) if dict(sub).get(iterator) == 1 and len(sub) <= 2]
+            moving = [d for d in moving if set(dict(subs[d])) <= {iterator, ""}]
+            rest = tuple(sub for d, sub in enumerate(subs or ()) if d not in moving)
+            names = {name for sub in rest for name, _ in sub if name}
+            if subs is None or len(moving) != 1 or not names <= mapped:
+                shapes.add(None)
+                continue
+            shapes.add((moving[0], rest))
+            span = loop_range(rows.steps[k].nodes[0], values)
+            shift = dict(subs[moving[0]]).get("", 0)
+            ranges.add(None if span is None else (span[0] + shift, span[1] + shift, span[2]))
+        if len(shapes) != 1 or None in shapes or len(ranges) != 1 or None in ranges:
+            continue
+        ((dim, _),) = shapes
+        t = plan.program.tensor(tensor)
+        extent = compile_size_expr(t.shape[dim])(plan.ast.sizes)
+        size = max(1, -(-t.dtype.bits // 8))
+        need = -(-(offset + extent * size) // 8) * 8
+        if need * rows.per_block > LOCAL_BUDGET:
+            continue
+        out.append(RowLocal(tensor, dim, extent, size, offset, steps[0]))
         offset = need
     return tuple(out)
 

@@ -122,7 +122,10 @@ def test_plan_fallbacks_say_why() -> None:
 
 def test_plan_row_local_temporaries_in_shared_memory() -> None:
     line = plan_line(SOFTMAX, {"N": 32768, "D": 4096})
-    assert line.endswith("; e lives in shared memory (4096 elements per row, never in global memory)")
+    assert "; e lives in shared memory (4096 elements per row, never in global memory)" in line
+    assert line.endswith(
+        "; I's row read once from global memory (step 2) and kept in shared memory for the later steps"
+    )
     assert "c lives in shared memory (64 elements per row" in plan_line(LAYERNORM, {"N": 100, "D": 64})
     # too long for a block's shared memory: e stays in global memory
     assert "lives in shared memory" not in plan_line(SOFTMAX, {"N": 3, "D": 20000})
@@ -131,6 +134,23 @@ def test_plan_row_local_temporaries_in_shared_memory() -> None:
         "def f(float(N, D) X) -> (Y, Z) {\n  t(n, d) = X(n, d) * 2\n  Y(n) +=! t(n, d)\n  Z(d) +=! t(n, d)\n}"
     )
     assert "t lives" not in tl.compile(two_phase, target="cuda").inspect("plan", sizes={"N": 40, "D": 300})
+
+
+def test_rows_read_in_several_steps_are_read_from_global_memory_once() -> None:
+    # layer norm reads X for the mean and again for the deviations: the second from shared memory
+    assert "X's row read once from global memory (step 2)" in plan_line(LAYERNORM, {"N": 100, "D": 300})
+    ptx = tl.compile(SOFTMAX, target="cuda").inspect("ptx", sizes={"N": 64, "D": 4096})
+    assert ptx.count("ld.global.nc") == 8  # one row pass of 8 loads per thread (512 threads, 4096)
+    # read in one step only (a row sum), read under a condition, or too long: no copy
+    assert "read once" not in plan_line(
+        "def f(float(N, D) X) -> (S) { S(n) +=! X(n, d) }", {"N": 40, "D": 300}
+    )
+    guarded = (
+        "def f(float(N, D) X) -> (Y) {\n  m(n) max=! X(n, d)\n"
+        "  Y(n, d) = X(n, d) > 0 ? X(n, d) - m(n) : 0.0\n}"
+    )
+    assert "read once" not in plan_line(guarded, {"N": 40, "D": 300})
+    assert "read once" not in plan_line(SOFTMAX, {"N": 3, "D": 20000})
 
 
 def test_row_local_temporary_is_not_allocated() -> None:
