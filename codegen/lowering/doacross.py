@@ -16,12 +16,13 @@ A chunk waits only for chunks of earlier units, which have all been claimed (a t
 unit when no chunk of it is left to claim), so every wait ends: the earliest unfinished chunk
 waits for nothing. The loop's chunks are counted first (each thread alike); when there are more
 than TEAM_FLAG_SLOTS, the loop waits unit by unit as before. After the loop, every thread waits
-for all of its chunks, as after any unit.
+for all of its chunks, as after any unit. A wavefront loop over several parallel pieces, or over
+rows and columns of tiles, is wavefront.py's (with the flag state of `flag_state`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 import llvmlite.ir as ll
@@ -43,10 +44,10 @@ class Doacross:
     """A doacross loop being emitted: the outer loop's iterator `name` (now `iv`, from `first`
     by `inc`), its parallel loop `split`, the lags (back, least, most) and the flag state."""
 
-    split: isl.AstNode
+    split: isl.AstNode | None
     name: str
-    iv: ll.Value
-    first: ll.Value
+    iv: ll.Value | None
+    first: ll.Value | None
     inc: int
     env: dict
     lags: tuple[int, int, int]
@@ -86,6 +87,26 @@ class DoacrossLowering(LoweringState):
         first = self.ast_expr(node.for_get_init(), env)
         inc = evaluate_ast_int(node.for_get_inc(), {})
         total = self._count_chunks(node, split, name, first, inc, env)
+        state = self.flag_state(total)
+
+        self.loop_depth += 1
+        self.team_outermost = False
+        try:
+            _, iv, exit_, _ = self._open_loop(node, name, first, env, restricted=False, poll=True)
+            doacross = replace(state, split=split, name=name, iv=iv, first=first, inc=inc, env=env, lags=lags)
+            self._emit_split(split, {**env, name: iv}, doacross)
+            iv.add_incoming(b.add(iv, _c64(inc), flags=["nsw"]), b.block)
+            b.branch(iv.parent)
+            b.position_at_end(exit_)
+        finally:
+            self.loop_depth -= 1
+        with b.if_then(state.on_flags):
+            self.wait_for_chunks(b.load(self.team_base))
+
+    def flag_state(self, total: ll.Value) -> Doacross:
+        """The flag state of a loop of `total` chunks (its other fields unset): on flags when
+        the phase runs on a team and the chunks fit TEAM_FLAG_SLOTS."""
+        b = self.b
         null = ll.Constant(V.I8.as_pointer(), None)
         together = b.icmp_unsigned("!=", self.team_block, null)
         on_flags = b.and_(together, b.icmp_signed("<=", total, _c64(TEAM_FLAG_SLOTS)))
@@ -101,27 +122,21 @@ class DoacrossLowering(LoweringState):
         serial = b.load(word(TEAM_SERIAL))
         generation = b.load_atomic(word(TEAM_GENERATION), "acquire", 8)
         tag = b.add(b.add(b.mul(serial, _c64(1 << 16)), b.and_(generation, _c64(0xFFFF))), _c64(1))
-        flags = word(TEAM_FLAGS)
         first_chunk = b.load(self.team_base)
-
-        self.loop_depth += 1
-        self.team_outermost = False
-        try:
-            _, iv, exit_, _ = self._open_loop(node, name, first, env, restricted=False, poll=True)
-            doacross = Doacross(split, name, iv, first, inc, env, lags, on_flags, flags, tag, first_chunk)
-            self._emit_split(split, {**env, name: iv}, doacross)
-            iv.add_incoming(b.add(iv, _c64(inc), flags=["nsw"]), b.block)
-            b.branch(iv.parent)
-            b.position_at_end(exit_)
-        finally:
-            self.loop_depth -= 1
-        with b.if_then(on_flags):
-            self.wait_for_chunks(b.load(self.team_base))
+        return Doacross(None, "", None, None, 0, {}, (0, 0, 0), on_flags, word(TEAM_FLAGS), tag, first_chunk)
 
     def _count_chunks(
         self, node: isl.AstNode, split: isl.AstNode, name: str, first: ll.Value, inc: int, env: dict
     ) -> ll.Value:
         """The chunks of all iterations of `node` (the same count on every thread)."""
+        return self.count_over(
+            node, name, first, inc, env, lambda w: self.split_geometry(split, {**env, name: w})[3]
+        )
+
+    def count_over(
+        self, node: isl.AstNode, name: str, first: ll.Value, inc: int, env: dict, parts_of
+    ) -> ll.Value:
+        """The sum of parts_of(w) over the iterations w of `node`, from `first` by `inc`."""
         b = self.b
         before = b.block
         head = b.append_basic_block("doacross.count")
@@ -134,7 +149,7 @@ class DoacrossLowering(LoweringState):
         total.add_incoming(_c64(0), before)
         b.cbranch(self.ast_expr(node.for_get_cond(), {**env, name: w}), body, done)
         b.position_at_end(body)
-        parts = self.split_geometry(split, {**env, name: w})[3]
+        parts = parts_of(w)
         w.add_incoming(b.add(w, _c64(inc)), b.block)
         total.add_incoming(b.add(total, parts), b.block)
         b.branch(head)

@@ -27,7 +27,8 @@ from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_CLAIMS, TEAM_CHUNK_DONE, TEA
 from ..planning.astgen import contains_loop, unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
 from .barrier import define_claim, define_wait, mark_aborted
-from .doacross import Doacross, DoacrossLowering
+from .doacross import Doacross
+from .wavefront import WaveLowering
 
 INT64_MIN = -(2**63)
 # chunks each parallel loop is cut into, per thread: a thread that starts late or loses its core
@@ -35,7 +36,7 @@ INT64_MIN = -(2**63)
 CHUNKS_PER_THREAD = 4
 
 
-class TeamLowering(DoacrossLowering):
+class TeamLowering(WaveLowering):
     """The phases a team of threads runs (Split.LOOP_TEAM)."""
 
     def emit_team_phase(self, n: int, node: isl.AstNode) -> None:
@@ -125,6 +126,8 @@ class TeamLowering(DoacrossLowering):
             self.emit_team(node.for_get_body(), {**env, name: self.ast_expr(node.for_get_init(), env)})
         elif is_team_split(node, self.ast):
             self._emit_split(node, env)
+        elif (wave := self.wave_pieces(node)) is not None:
+            self.emit_wave_loop(node, env, *wave)
         elif (lags := self.doacross_lags(node)) is not None:
             self.emit_doacross_loop(node, env, lags)
         else:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
 from polyhedral import Scop
 from polyhedral.split import separate_pieces
 from scheduler import Schedule
+
+from .wavefront import WaveLags, flat_schedule, wave_lags
 
 
 class LoopKind(enum.StrEnum):
@@ -38,6 +40,8 @@ class LoopInfo:
     # for a parallel loop inside a loop that carries dependences: (most outer, least inner, most
     # inner) difference of the two loops' values over those dependences (lowering/doacross.py)
     lags: tuple[int, int, int] | None = None
+    # for a phase's sequential outer loop: the window of its parallel pieces' tiles (wavefront.py)
+    wave: WaveLags | None = None
 
 
 @dataclass(frozen=True)
@@ -301,6 +305,12 @@ def build_ast(
     reads = _affine_reads(scop) if footprints else None
     loops: dict[str, LoopInfo] = {}
     enclosing: list[LoopKind] = []  # the kinds of the loops being built around this one
+    keys: list[str] = []  # and their annotation names
+    # a sequential outer loop's parallel pieces and the parallel loops inside those, with their
+    # schedules (planning/wavefront.py)
+    pieces: dict[str, list[tuple[str, isl.UnionMap | None]]] = {}
+    inner: dict[str, list[tuple[str, isl.UnionMap | None]]] = {}
+    names: dict[str, str] = {}  # annotation name → iterator name
 
     def before_each_for(build: isl.AstBuild) -> isl.Id:
         rel = _loop_dependences(build, deps)
@@ -311,11 +321,23 @@ def build_ast(
         # right inside a phase's sequential outer loop
         doacross = lags and kind is LoopKind.PARALLEL and enclosing == [LoopKind.SERIAL]
         loops[key] = LoopInfo(kind, footprints, _lags(rel) if doacross else None)
+        if doacross:
+            pieces.setdefault(keys[0], []).append((key, flat_schedule(build.get_schedule(), 2)))
+        elif lags and kind is LoopKind.PARALLEL and enclosing == [LoopKind.SERIAL, LoopKind.PARALLEL]:
+            inner.setdefault(keys[1], []).append((key, flat_schedule(build.get_schedule(), 3)))
         enclosing.append(kind)
+        keys.append(key)
         return isl.Id(key, context=ctx)
 
     def after_each_for(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         enclosing.pop()
+        key = keys.pop()
+        names[key] = node.for_get_iterator().get_id().get_name()
+        if key in pieces:  # the pieces at the same depth (iterators of the same names) as most
+            depth = {p: (names[p], *(names[q] for q, _ in inner.get(p, []))) for p, _ in pieces[key]}
+            common = max(depth.values(), key=list(depth.values()).count)
+            alike = [(p, s) for p, s in pieces[key] if depth[p] == common]
+            loops[key] = replace(loops[key], wave=wave_lags(deps, alike, inner))
         return node
 
     build = isl.AstBuild.from_context(context)

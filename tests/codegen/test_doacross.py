@@ -1,7 +1,8 @@
-"""Doacross loops (lowering/doacross.py): a team's wavefront loop whose chunks wait only for the
-chunks they read from. The lags the AST builder finds, the flag wait called directly, and the
-time-tiled stencils on 2, 3 and 7 threads, bitwise equal to one thread on odd sizes, on flags
-and with too few flag slots (unit by unit)."""
+"""Doacross loops (lowering/doacross.py, wavefront.py): a team's wavefront loop whose chunks wait
+only for the chunks they read from. The lags the AST builder finds, the flag wait called
+directly, and the time-tiled stencils on 2, 3 and 7 threads, bitwise equal to one thread on odd
+sizes, on flags and with too few flag slots (unit by unit); heat-3d's tiles (rows and columns of
+several pieces) split as one space."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import ctypes
 import threading
 import time
 
+import islpy as isl
 import numpy as np
 import pytest
 from conftest import JACOBI_2D_RECURRENCE, jit_exported
@@ -20,6 +22,7 @@ from codegen.lowering import doacross
 from codegen.lowering.barrier import define_flags_wait
 from codegen.lowering.status import ERROR_CANCELLED
 from codegen.planning.astgen import LoopKind
+from codegen.planning.wavefront import wave_lags
 from codegen.runtime import parallel
 
 
@@ -178,3 +181,71 @@ def test_a_loop_teams_flags_hold_only_tags_of_earlier_calls():
     words = teams.views[again[1]][:TEAM_LOOP_BYTES].view(np.int64)
     assert again[1] == loop[1] and words[TEAM_SERIAL // 8] == serial + 1
     assert (words[TEAM_FLAGS // 8 : TEAM_FLAGS // 8 + 5] == (serial << 16) + 1).all()  # kept, stale
+
+
+def test_heat3d_tiles_wait_for_a_window_of_rows_and_columns():
+    """heat-3d on threads: the wavefront loop's tiles (rows c1 and columns c2, 8 apart) read
+    tiles at most three wavefronts back, in the same or the previous row and column."""
+    k = tl.compile(CASES["heat3d"][0], options=tl.Options(threads=2))
+    plan = k._plan({"N": 13, "M": 11, "K": 17, "T": 21})
+    (wave,) = [info.wave for info in plan.ast.loops.values() if info.wave is not None]
+    assert (wave.back, wave.least_row, wave.most_row, wave.least_col, wave.most_col) == (3, 0, 8, 0, 8)
+    assert len(wave.pieces) == len(wave.inner) == 1
+
+
+def test_a_window_needs_each_wavefronts_tiles_independent():
+    """The window over the pieces' tiles; none when a dependence within one wavefront leaves
+    its tile, or when two pieces share a tile."""
+    sched = isl.UnionMap("{ S[w, r] -> [w, r] : 0 <= w < 10 and 0 <= r < 10 }")
+    deps = isl.UnionMap("{ S[w, r] -> S[w + 1, r + 2] : 0 <= w < 9 and 0 <= r < 8; S[w, r] -> S[w + 2, r] }")
+    lags = wave_lags(deps, [("p", sched)], {})
+    assert (lags.back, lags.least_row, lags.most_row) == (2, 0, 2) and lags.inner == ()
+    across = deps.union(isl.UnionMap("{ S[w, r] -> S[w, r + 1] : 0 <= r < 9 }"))
+    assert wave_lags(across, [("p", sched)], {}) is None
+    other = isl.UnionMap("{ U[w, r] -> [w, r] : 0 <= w < 10 and 0 <= r < 10 }")
+    assert wave_lags(deps, [("p", sched), ("q", other)], {}) is None
+    # tiles of columns in each row: the column window too
+    cols = isl.UnionMap("{ S[w, r] -> [w, r, 3r] : 0 <= w < 10 and 0 <= r < 10 }")
+    lags = wave_lags(deps, [("p", sched)], {"p": [("c", cols)]})
+    assert (lags.least_col, lags.most_col, lags.inner) == (0, 6, (("p", "c"),))
+
+
+_HEAT_SIZES = [
+    pytest.param(2, (13, 11, 17), 21, id="2-small"),
+    pytest.param(3, (23, 19, 29), 37, id="3-prime", marks=pytest.mark.slow),
+    pytest.param(7, (9, 7, 11), 13, id="7-tiny", marks=pytest.mark.slow),
+    # the pieces the AST builder separates at 120³ and 50 steps, a fenced one among them
+    pytest.param(2, (120, 120, 120), 50, id="2-pieces", marks=pytest.mark.slow),
+    pytest.param(3, (120, 120, 120), 50, id="3-pieces", marks=pytest.mark.slow),
+    pytest.param(7, (120, 120, 120), 50, id="7-pieces", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("threads", "shape", "steps"), _HEAT_SIZES)
+def test_heat3d_tiles_split_as_one_space_match_one_thread(forced, threads, shape, steps):
+    """heat-3d's rows and columns of tiles, chunked as one space and run on flags: bitwise equal
+    to one thread."""
+    one = _run("heat3d", 1, shape, steps)
+    assert forced() == 0
+    got = _run("heat3d", threads, shape, steps)
+    assert forced() > 0, "no chunk ran on flags"
+    for a, b in zip(got, one):
+        np.testing.assert_array_equal(a, b)
+    if threads == 2 and shape == (13, 11, 17):  # the wavefront loop's tiles, not its rows
+        sizes = dict(zip("NMK", shape), T=steps)
+        kernel = tl.compile(CASES["heat3d"][0], options=tl.Options(threads=threads))
+        assert "wave.loop" in kernel.inspect("llvm", sizes=sizes)
+
+
+@pytest.mark.slow
+def test_heat3d_with_too_few_flag_slots_waits_unit_by_unit(forced, monkeypatch):
+    monkeypatch.setattr(doacross, "TEAM_FLAG_SLOTS", 3)
+    monkeypatch.setenv("TENSORLANG_CACHE", "0")
+    shape, steps = (13, 11, 17), 21
+    one = _run("heat3d", 1, shape, steps)
+    source = CASES["heat3d"][0]
+    args = _args("heat3d", shape, steps, np.random.default_rng(len(shape) * 7 + steps))
+    got = tl.compile(source, options=tl.Options(threads=2, max_specializations=63))(*args)
+    assert forced() == 0, "chunks ran on flags"
+    for a, b in zip(got if isinstance(got, tuple) else (got,), one):
+        np.testing.assert_array_equal(a, b)
