@@ -29,6 +29,7 @@ from . import runtime as rt
 from .params import pack_pointers
 
 MISSING = object()  # the fast path does not apply: take the full call
+MAX_PLANS = 64  # signatures remembered per kernel
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def record(kernel, inputs: tuple, spec, module, sizes_shapes: dict, stream_kind:
         for t in interface.temporaries
     )
     launches = tuple((module.function(name), grid, block, name) for name, grid, block in spec.launches)
+    if len(kernel.torch_plans) >= MAX_PLANS:  # a kernel called with ever new shapes: start afresh
+        kernel.torch_plans.clear()
     kernel.torch_plans[key] = TorchCallPlan(key[0][2], tuple(sources), outputs, temporaries, launches)
 
 
