@@ -146,6 +146,7 @@ def test_stencils_on_flags_match_one_thread(forced, name, threads):
         np.testing.assert_array_equal(a, b)  # every element computed as on one thread
 
 
+@pytest.mark.slow  # the fallback; heat-3d's is slow too, and the default tier checks that flags are used
 def test_too_many_chunks_for_the_flags_waits_unit_by_unit(forced, monkeypatch):
     """With fewer flag slots than the loop has chunks, every thread takes the unit-by-unit
     waits (decided alike on all of them): the same results."""
