@@ -256,7 +256,7 @@ def allocate_like(kind: str, device, shape: tuple[int, ...], dtype: np.dtype, ze
     if kind == "torch" and "torch" in sys.modules:
         torch = sys.modules["torch"]
         make = torch.zeros if zero else torch.empty
-        tensor = make(shape, dtype=_torch_dtype(torch, dtype), device=f"cuda:{device.ordinal}")
+        tensor = make(shape, dtype=torch_dtype(torch, dtype), device=f"cuda:{device.ordinal}")
         return tensor, device_view(tensor, "output")
     if kind == "cupy" and "cupy" in sys.modules:
         cupy = sys.modules["cupy"]
@@ -270,5 +270,5 @@ def allocate_like(kind: str, device, shape: tuple[int, ...], dtype: np.dtype, ze
     return array, device_view(array, "output")
 
 
-def _torch_dtype(torch, dtype: np.dtype):
+def torch_dtype(torch, dtype: np.dtype):
     return torch.from_numpy(np.empty(0, dtype)).dtype

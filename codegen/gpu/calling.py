@@ -144,7 +144,7 @@ def call(kernel, inputs: tuple, out: object, keyword_sizes: dict):
         if error_buf is not None:
             dev.return_error_record(error_buf, zero=idle and not error.any())
     if out is None and not keyword_sizes and kind == "torch":  # the next such call can be quick
-        fastcall.record(kernel, inputs, spec, module, shapes, kind)
+        fastcall.record(kernel, inputs, spec, module, shapes)
     values = tuple(results[t.name] for t in interface.outputs)
     return values[0] if len(values) == 1 else values
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import runtime as rt
+from .arrays import torch_dtype
 from .params import pack_pointers
 
 MISSING = object()  # the fast path does not apply: take the full call
@@ -64,10 +65,11 @@ def signature(torch, inputs: tuple) -> tuple | None:
     return tuple(key)
 
 
-def record(kernel, inputs: tuple, spec, module, sizes_shapes: dict, stream_kind: str | None) -> None:
-    """After a successful full call: remember its plan for this signature, if it qualifies."""
+def record(kernel, inputs: tuple, spec, module, sizes_shapes: dict) -> None:
+    """After a successful full call with torch tensors: remember its plan for this signature, if
+    it qualifies."""
     torch = sys.modules.get("torch")
-    if torch is None or stream_kind != "torch" or not cannot_fail(spec.ptx):
+    if torch is None or spec.can_fail:
         return
     key = signature(torch, inputs)
     if key is None:
@@ -83,7 +85,7 @@ def record(kernel, inputs: tuple, spec, module, sizes_shapes: dict, stream_kind:
     outputs = tuple(
         (
             tuple(sizes_shapes[t.name]),
-            torch.from_numpy(np.empty(0, np.dtype(t.dtype.numpy_name))).dtype,
+            torch_dtype(torch, np.dtype(t.dtype.numpy_name)),
             t.name in interface.uninitialised,
         )
         for t in interface.outputs

@@ -33,6 +33,7 @@ class CudaSpecialisation:
     launches: tuple[tuple[str, int, int], ...]
     storage: Mapping[str, tuple[int, ...]]
     digest: str  # the PTX's hash: its module's key (gpu/runtime.py)
+    can_fail: bool  # some entry reads its error record: a run-time check may fail (gpu/fastcall.py)
 
     @staticmethod
     def of(plan, mapping, ptx: str, interface, sizes: Mapping[str, int]) -> CudaSpecialisation:
@@ -58,9 +59,12 @@ class CudaSpecialisation:
                 shape = tuple(max(e, fold.modulus) if d == fold.dim else e for d, e in enumerate(shape))
             storage[t.name] = shape
         launches = tuple((f"tl_{interface.name}_phase{p.index}", p.blocks, p.block) for p in mapping.phases)
+        from .fastcall import cannot_fail
         from .runtime import ptx_key
 
-        return CudaSpecialisation(ptx, kernel_layout(plan.scop).tensors, launches, storage, ptx_key(ptx))
+        return CudaSpecialisation(
+            ptx, kernel_layout(plan.scop).tensors, launches, storage, ptx_key(ptx), not cannot_fail(ptx)
+        )
 
 
 class CudaKernel:

@@ -207,9 +207,9 @@ def row_mapping(
             while threads < want and threads < MAX_BLOCK:
                 threads *= 2
         found = RowMapping(threads, rows, 1, length, tuple(steps))
-    local = _row_locals(plan, found, set(mapped), set(statements))
-    local += _row_copies(plan, found, set(mapped), values, local)
-    return dataclasses.replace(found, local=local), ""
+    found = dataclasses.replace(found, local=_row_locals(plan, found, set(mapped), set(statements)))
+    copies = _row_copies(plan, found, set(mapped), values)
+    return dataclasses.replace(found, local=found.local + copies), ""
 
 
 def _row_locals(plan, rows: RowMapping, mapped: set[str], statements: set[str]) -> tuple[RowLocal, ...]:
@@ -247,7 +247,7 @@ def _row_locals(plan, rows: RowMapping, mapped: set[str], statements: set[str]) 
     return tuple(out)
 
 
-def _row_copies(plan, rows: RowMapping, mapped: set[str], values: Mapping, local) -> tuple[RowLocal, ...]:
+def _row_copies(plan, rows: RowMapping, mapped: set[str], values: Mapping) -> tuple[RowLocal, ...]:
     """The tensors the row only reads, in two or more loop steps, that can be read from global
     memory once: a softmax reads its input row for the maximum and again for the exponentials.
     Each is read, in every step, at the element the step's iterator names in one subscript (the
@@ -271,15 +271,19 @@ def _row_copies(plan, rows: RowMapping, mapped: set[str], values: Mapping, local
                 if tensor not in unsure:
                     reads.setdefault(tensor, []).append((k, subs, step.iterator))
     out: list[RowLocal] = []
-    offset = max((-(-(v.offset + v.extent * v.bytes) // 8) * 8 for v in local), default=0)
+    offset = rows.row_bytes  # after the row-local temporaries
     for tensor, found in sorted(reads.items()):
         steps = sorted({k for k, _, _ in found})
         if len(steps) < 2:
             continue
         shapes, ranges = set(), set()  # ranges: the elements each step reads along the moving subscript
         for k, subs, iterator in found:
-            moving = [d for d, sub in enumerate(subs or ()) if dict(sub).get(iterator) == 1 and len(sub) <= 2]
-            moving = [d for d in moving if set(dict(subs[d])) <= {iterator, ""}]
+            # the subscript that is the step's iterator (plus a constant)
+            moving = [
+                d
+                for d, sub in enumerate(subs or ())
+                if dict(sub).get(iterator) == 1 and set(dict(sub)) <= {iterator, ""}
+            ]
             rest = tuple(sub for d, sub in enumerate(subs or ()) if d not in moving)
             names = {name for sub in rest for name, _ in sub if name}
             if subs is None or len(moving) != 1 or not names <= mapped:

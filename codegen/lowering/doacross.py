@@ -81,7 +81,6 @@ class DoacrossLowering(LoweringState):
     ) -> None:
         """The outer loop `node`: count its chunks, choose flags or unit-by-unit waits, run the
         iterations (each one unit of the parallel loop), then wait for every chunk."""
-        b = self.b
         name = node.for_get_iterator().get_id().get_name()
         split = unwrap(node.for_get_body())
         first = self.ast_expr(node.for_get_init(), env)
@@ -89,12 +88,23 @@ class DoacrossLowering(LoweringState):
         total = self._count_chunks(node, split, name, first, inc, env)
         state = self.flag_state(total)
 
+        def body(iv: ll.Value) -> None:
+            doacross = replace(state, split=split, name=name, iv=iv, first=first, inc=inc, env=env, lags=lags)
+            self._emit_split(split, {**env, name: iv}, doacross)
+
+        self.flag_loop(node, name, first, inc, env, state, body)
+
+    def flag_loop(
+        self, node: isl.AstNode, name: str, first: ll.Value, inc: int, env: dict, state: Doacross, body
+    ) -> None:
+        """The team's sequential loop `node` (iterator `name` from `first` by `inc`) with
+        body(iv) emitted inside; after it, on flags, every thread waits for all its chunks."""
+        b = self.b
         self.loop_depth += 1
         self.team_outermost = False
         try:
             _, iv, exit_, _ = self._open_loop(node, name, first, env, restricted=False, poll=True)
-            doacross = replace(state, split=split, name=name, iv=iv, first=first, inc=inc, env=env, lags=lags)
-            self._emit_split(split, {**env, name: iv}, doacross)
+            body(iv)
             iv.add_incoming(b.add(iv, _c64(inc), flags=["nsw"]), b.block)
             b.branch(iv.parent)
             b.position_at_end(exit_)

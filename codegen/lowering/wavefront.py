@@ -133,10 +133,7 @@ class WaveLowering(DoacrossLowering):
         next_flag = b.alloca(V.I64)
         b.store(_c64(0), next_flag)
 
-        self.loop_depth += 1
-        self.team_outermost = False
-        try:
-            _, iv, exit_, _ = self._open_loop(node, name, first, env, restricted=False, poll=True)
+        def body(iv: ll.Value) -> None:
             wave = Wave(name, iv, first, inc, env, lags, pieces, ring, slots, state)
             inner = {**env, name: iv}
             slot = b.srem(b.sdiv(b.sub(iv, first), _c64(inc)), _c64(slots))
@@ -147,13 +144,8 @@ class WaveLowering(DoacrossLowering):
                     with b.if_then(state.on_flags):
                         self.wait_for_chunks(b.load(self.team_base))
                     self.emit_team(part, inner)
-            iv.add_incoming(b.add(iv, _c64(inc), flags=["nsw"]), b.block)
-            b.branch(iv.parent)
-            b.position_at_end(exit_)
-        finally:
-            self.loop_depth -= 1
-        with b.if_then(state.on_flags):
-            self.wait_for_chunks(b.load(self.team_base))
+
+        self.flag_loop(node, name, first, inc, env, state, body)
 
     def _ring(self, wave: Wave, slot: ll.Value, piece: int, field: int) -> ll.Value:
         at = self.b.add(self.b.mul(slot, _c64(len(wave.pieces) * 3)), _c64(piece * 3 + field))

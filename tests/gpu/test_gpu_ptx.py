@@ -183,3 +183,6 @@ def test_which_kernels_cannot_fail_at_run_time() -> None:
     assert not cannot_fail(gather.inspect("ptx", sizes={"V": 50, "E": 3, "B": 7}))
     divide = tl.compile("def dv(int32(N) a, int32(N) b) -> (o) { o(i) = a(i) / b(i) }", target="cuda")
     assert not cannot_fail(divide.inspect("ptx", sizes={"N": 100}))
+    # recorded once per specialisation, not searched for on every call
+    assert not chain.specialisation({"N": 1000}, "sm_90").can_fail
+    assert gather.specialisation({"V": 50, "E": 3, "B": 7}, "sm_90").can_fail
