@@ -11,7 +11,9 @@ The `auto` cost model merges the next statement into the current region when
     e.g. softmax's row max and sum) or an input the region reads (e.g. atax reads A twice);
   * the fused schedule really fuses them: one outer loop spans the whole region;
   * it costs no parallelism: that outer loop is parallel whenever the region's was, unless the
-    kernel runs on one thread anyway.
+    kernel runs on one thread anyway. A loop that carries only reductions threads may privatise
+    counts as parallel (polyhedral/privatise.py: atax's y(j) += A(i, j) * t(i) in its loop over
+    i), so fusion that pays on one thread is kept on several.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import Scop, StatementKind
+from polyhedral.privatise import privatised_dependences
 
 from .graph import OpGraph
 from .options import ScheduleOptions
@@ -130,16 +133,38 @@ def _outer_loop_fusion(scop: Scop, region: Region) -> isl.Schedule | None:
         sched = tree.get_map().intersect_domain(domain)
         if not deps.subtract(sched.lex_lt_union_map(sched)).is_empty():
             continue  # this loop order breaks a dependence
-        outer_map = isl.UnionMap.from_multi_union_pw_aff(outer)
-        carried = deps.apply_domain(outer_map).apply_range(outer_map)
-        parallel = True
-        if not carried.is_empty():
-            deltas = isl.Set.from_union_set(carried.deltas())
-            zero = isl.Set.universe(deltas.get_space()).fix_val(isl.dim_type.set, 0, isl.Val.zero(scop.ctx))
-            parallel = deltas.is_subset(zero)
+        parallel = _carries_nothing(deps, outer)
         band = tree.get_root().child(0).band_member_set_coincident(0, parallel)
         return band.get_schedule()
     return None
+
+
+def _carries_nothing(deps: isl.UnionMap, outer: isl.MultiUnionPwAff) -> bool:
+    """Whether the one-member schedule `outer` gives both ends of every dependence one value."""
+    outer_map = isl.UnionMap.from_multi_union_pw_aff(outer)
+    carried = deps.apply_domain(outer_map).apply_range(outer_map)
+    if carried.is_empty():
+        return True
+    deltas = isl.Set.from_union_set(carried.deltas())
+    zero = isl.Set.universe(deltas.get_space()).fix_val(isl.dim_type.set, 0, isl.Val.zero(deps.get_ctx()))
+    return deltas.is_subset(zero)
+
+
+def _parallel_when_privatised(scop: Scop, region: Region, memo: dict) -> bool:
+    """Whether the fused region's outer loop carries nothing but reductions that threads may
+    privatise (polyhedral/privatise.py; codegen gives each thread its own copy of the tensor)."""
+    tree = schedule_region(scop, region, True, memo)
+    band = _outer_band(tree) if tree is not None else None
+    if band is None:
+        return False
+    names = _poly_names(scop, region)
+    private, deps = privatised_dependences(scop, names, scop.dependences.all)
+    if not private:
+        return False
+    domain = _domain(scop, names)
+    deps = deps.intersect_domain(domain).intersect_range(domain)
+    first = band.band_get_partial_schedule().get_at(0)
+    return _carries_nothing(deps, isl.MultiUnionPwAff.from_union_pw_aff(first))
 
 
 def _outer_band(tree: isl.Schedule) -> isl.ScheduleNode | None:
@@ -192,6 +217,8 @@ def partition(
         if ok:
             spans, is_parallel = _fusion_quality(scop, merged, memo)
             was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,), memo)[1]
+            if spans and not is_parallel and was_parallel and not single_thread:
+                is_parallel = _parallel_when_privatised(scop, merged, memo)
             ok = spans and (is_parallel or not was_parallel or single_thread)
         if ok:
             regions[-1].append(p)

@@ -12,8 +12,8 @@ from .gemm_call import GemmCallLowering
 from .loops import LoopLowering
 from .pipelined import PipelineLowering
 from .prefetch import PrefetchLowering
+from .private_team import PrivateTeamLowering
 from .statements import StatementLowering
-from .team import TeamLowering
 from .vector_width import apply_vector_width
 from .whole import WholeCallLowering
 
@@ -24,7 +24,7 @@ class Lowering(
     StatementLowering,
     GemmCallLowering,
     PrefetchLowering,
-    TeamLowering,
+    PrivateTeamLowering,
     WholeCallLowering,
 ):
     """Emits one kernel module from a KernelPlan, one job per base class (their state is

@@ -58,6 +58,8 @@ class RowVectorLowering(LoweringState):
         stmt = self.scop.statement(leaf.statement)
         if stmt.kind == "init" or stmt.name in self.plans or stmt.name in self.plan.convolutions:
             return None
+        if stmt.statement.tensor in self.private_pointers:  # it writes a private copy (private_team.py)
+            return None
         if any(key[0] == stmt.name for key in self.checks_of) or any(
             key[0] == stmt.name for key in self.read_overrides
         ):

@@ -48,6 +48,8 @@ class LoweringState:
         for n, c in enumerate(plan.scop.checks):
             found = self.checks_of.setdefault((c.statement, c.read), [])
             found += [(n, d) for d in c.dynamic_dims if d not in {dim for _, dim in found}]
+        # tensor → the private copy that statements reducing into it write (private_team.py)
+        self.private_pointers: dict[str, ll.Value] = {}
         self.read_overrides: dict[tuple[str, ir.Read], ll.Value] = {}  # (statement, read) → loaded earlier
         self.decision: PhaseDecision | None = None  # the phase being emitted; its outer loop not yet
         self.leaf_statement: PolyLeafContext | None = None  # the statement instance being emitted

@@ -43,7 +43,14 @@ class StatementLowering(LoweringState):
         if stmt.name in self.plan.convolutions:
             emit_conv_call(self, self.plan.convolutions[stmt.name], target.dtype)
             return
-        ptr = self.address(st.tensor, st.lhs, None)  # a scatter's subscripts are checked here
+        # a reduction into a privatised tensor writes this chunk's copy; its initialisation the tensor
+        private = self.private_pointers.get(st.tensor) if stmt.kind != "init" else None
+        # (a scatter's subscripts are checked here)
+        ptr = (
+            self.address(st.tensor, st.lhs, None)
+            if private is None
+            else self.address(st.tensor, st.lhs, None, private)
+        )
         if stmt.kind == "init":
             V.store_element(self.b, V.identity(st.op, target.dtype), ptr, target.dtype)
             return
@@ -79,7 +86,10 @@ class StatementLowering(LoweringState):
     def extent(self, tensor: str, d: int) -> ll.Value:
         return self.params[Extent(tensor, d)]
 
-    def address(self, tensor: str, subscripts: tuple[ir.Expr, ...], read: ir.Read | None) -> ll.Value:
+    def address(
+        self, tensor: str, subscripts: tuple[ir.Expr, ...], read: ir.Read | None, base: ll.Value | None = None
+    ) -> ll.Value:
+        """The element's address, in `tensor`'s storage or at the same offset from `base`."""
         b = self.b
         idx = [self.index_value(s) for s in subscripts]
         for check, d in self.checks_of.get((self.leaf_statement.name, read), ()):
@@ -92,7 +102,7 @@ class StatementLowering(LoweringState):
         offset = ll.Constant(V.I64, 0)
         for i, stride in zip(idx, self.element_strides(tensor)):
             offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
-        return b.gep(self.pointers[tensor], [offset], inbounds=True)
+        return b.gep(self.pointers[tensor] if base is None else base, [offset], inbounds=True)
 
     def pads_rows(self) -> bool:
         """Whether folded temporaries' rows are padded to their pitch: a CPU storage decision

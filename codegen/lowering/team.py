@@ -43,6 +43,7 @@ class TeamLowering(WaveLowering):
         """After begin_phase(n): make tl_phase<n> call tl_team<n> (and raise the team's abort
         word when it fails), then emit tl_team<n>'s loops and return."""
         wrapper, b = self.body, self.b
+        private = self.decision.private if self.decision is not None else ()
         fn = ll.Function(self.module, wrapper.function_type, f"tl_team{n}")
         fn.linkage = "internal"
         fn.attributes.add("nounwind")
@@ -60,6 +61,7 @@ class TeamLowering(WaveLowering):
             self.params = dict(zip(self.layout.params, fn.args[len(self.layout.tensors) : -5]))
         self.pointers = dict(zip(self.layout.tensors, fn.args))
         alone = b.icmp_signed("==", self.lo, ll.Constant(V.I64, INT64_MIN))
+        self.team_alone = alone
         self.team_block = self._team_block(b, self.lo)
         # alone, the counters are this thread's own
         mine = b.alloca(V.I64, 5)
@@ -82,8 +84,12 @@ class TeamLowering(WaveLowering):
         self.claim, self.wait = define_claim(self.module), define_wait(self.module)
         self.decision = None  # the loops below are not the runtime's split loop
         self.team_outermost = True  # a doacross loop only outermost (doacross.py)
-        self.emit_team(node, {})
+        self.emit_team_root(node, private)
         self.b.ret(ll.Constant(V.I32, 0))
+
+    def emit_team_root(self, node: isl.AstNode, private: tuple) -> None:
+        """The phase's loop nest at team level (private copies: private_team.py)."""
+        self.emit_team(node, {})
 
     @staticmethod
     def _team_block(b: ll.IRBuilder, lo: ll.Value) -> ll.Value:
@@ -135,19 +141,12 @@ class TeamLowering(WaveLowering):
 
     def _emit_team_loop(self, node: isl.AstNode, env: dict[str, ll.Value]) -> None:
         """A sequential loop every thread runs, polling the cancel word once per iteration."""
-        b = self.b
         name = node.for_get_iterator().get_id().get_name()
         init = self.ast_expr(node.for_get_init(), env)
         self.loop_depth += 1
         self.team_outermost = False
         try:
-            _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=False, poll=True)
-            inner = {**env, name: iv}
-            inc = self.ast_expr(node.for_get_inc(), inner)
-            self.emit_team(node.for_get_body(), inner)
-            iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
-            b.branch(iv.parent)
-            b.position_at_end(exit_)
+            self.emit_chunk_loop(node, name, init, env, poll=True, restricted=False, body=self.emit_team)
         finally:
             self.loop_depth -= 1
 
@@ -189,18 +188,33 @@ class TeamLowering(WaveLowering):
                 if row is not None:  # an innermost loop of neighbours: row vectors (row_vectors.py)
                     self.emit_row_vector_for(node, name, init, env, row, restricted=True)
                     return
-                _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=True)
-                inner = {**env, name: iv}
-                inc = self.ast_expr(node.for_get_inc(), inner)
-                self.emit_node(node.for_get_body(), inner)
-                iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
-                b.branch(iv.parent)
-                b.position_at_end(exit_)
+                self.emit_chunk_loop(node, name, init, env)
             finally:
                 self.loop_depth -= 1
                 self.lo, self.hi = saved
 
         self._emit_unit(parts, chunk, doacross)
+
+    def emit_chunk_loop(
+        self,
+        node: isl.AstNode,
+        name: str,
+        init: ll.Value,
+        env: dict[str, ll.Value],
+        poll: bool = False,
+        restricted: bool = True,
+        body: Callable[[isl.AstNode, dict[str, ll.Value]], None] | None = None,
+    ) -> None:
+        """The for loop `node` over this chunk's iterations [self.lo, self.hi) (all of them if
+        not `restricted`), its body emitted inside by `body` (emit_node by default)."""
+        b = self.b
+        _, iv, exit_, _ = self._open_loop(node, name, init, env, restricted=restricted, poll=poll)
+        inner = {**env, name: iv}
+        inc = self.ast_expr(node.for_get_inc(), inner)
+        (body or self.emit_node)(node.for_get_body(), inner)
+        iv.add_incoming(b.add(iv, inc, flags=["nsw"]), b.block)
+        b.branch(iv.parent)
+        b.position_at_end(exit_)
 
     def _emit_solo(self, nodes: list[isl.AstNode], env: dict[str, ll.Value]) -> None:
         """Work with no split loop: one chunk, which one thread takes."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import islpy as isl
 
 from polyhedral import Scop
+from polyhedral.privatise import privatised_dependences
 from polyhedral.split import separate_pieces
 from scheduler import Schedule
 
@@ -42,6 +43,9 @@ class LoopInfo:
     lags: tuple[int, int, int] | None = None
     # for a phase's sequential outer loop: the window of its parallel pieces' tiles (wavefront.py)
     wave: WaveLags | None = None
+    # for a phase's sequential outer loop that carries only reductions into these tensors: threads
+    # may split it, each accumulating into its own copies (polyhedral/privatise.py)
+    private: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,17 @@ def _carries_no_dependence(rel: isl.UnionMap) -> bool:
         if not m.is_subset(same):
             return False
     return True
+
+
+def _privatised(scop: Scop, build: isl.AstBuild, deps: isl.UnionMap) -> tuple[str, ...]:
+    """For an outermost loop that carries dependences: the tensors whose privatisation leaves
+    it carrying none (all of its statements' privatisable reductions), else ()."""
+    names: set[str] = set()
+    build.get_schedule().domain().foreach_set(lambda s: names.add(s.get_tuple_name()))
+    private, rest = privatised_dependences(scop, sorted(names), deps)
+    if not private or not _carries_no_dependence(_loop_dependences(build, rest)):
+        return ()
+    return tuple(sorted(private))
 
 
 def _maps(umap: isl.UnionMap) -> list[isl.Map]:
@@ -321,6 +336,8 @@ def build_ast(
         # right inside a phase's sequential outer loop
         doacross = lags and kind is LoopKind.PARALLEL and enclosing == [LoopKind.SERIAL]
         loops[key] = LoopInfo(kind, footprints, _lags(rel) if doacross else None)
+        if lags and kind is LoopKind.SERIAL and not enclosing:
+            loops[key] = replace(loops[key], private=_privatised(scop, build, deps))
         if doacross:
             pieces.setdefault(keys[0], []).append((key, flat_schedule(build.get_schedule(), 2)))
         elif lags and kind is LoopKind.PARALLEL and enclosing == [LoopKind.SERIAL, LoopKind.PARALLEL]:

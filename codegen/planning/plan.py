@@ -44,6 +44,7 @@ from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
 from .prefetching import worth_prefetching
+from .private import PrivateCopy, plan_private, set_bytes
 from .runs import PhasePlan
 from .storage import (
     ContractedTemporary,
@@ -108,6 +109,9 @@ class PhaseDecision:
     # to at their first K block (`overwrite`): it emits nothing.
     folded: bool = False
     overwrite: bool = False
+    # a LOOP_TEAM phase whose sequential outer loop carries only reductions into these tensors:
+    # the team splits that loop, each chunk reducing into its own copies (planning/private.py)
+    private: tuple[PrivateCopy, ...] = ()
 
     def describe(self, phase: Phase) -> str:
         parts = [f"phase {self.index}: {', '.join(phase.statements) or 'no statements'}"]
@@ -117,6 +121,12 @@ class PhaseDecision:
             parts.append("serial")
         elif self.split is Split.GEMM_TEAM:
             parts.append("threads share the gemm (B packed once, blocks of C's rows)")
+        elif self.private:
+            copies = ", ".join(c.describe() for c in self.private)
+            parts.append(
+                f"a team of threads splits the outer loop, each chunk reducing into its own copy of {copies}"
+            )
+            parts.append("the copies are combined in chunk order after it")
         elif self.split is Split.LOOP_TEAM:
             parts.append("a team of threads runs the sequential loop, splitting the parallel loops inside")
         else:
@@ -243,7 +253,9 @@ class KernelPlan:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split without a parallel loop")
             if decision.split is Split.GEMM_TEAM and gemm_phase(phase, self.contractions) is None:
                 raise PlanError(f"{self.program.name}: phase {decision.index} split as a GEMM without one")
-            if decision.split is Split.LOOP_TEAM and not team_phase(phase, self.ast):
+            if decision.private and decision.split is not Split.LOOP_TEAM:
+                raise PlanError(f"{self.program.name}: phase {decision.index} privatises outside a team")
+            if decision.split is Split.LOOP_TEAM and not (team_phase(phase, self.ast) or decision.private):
                 raise PlanError(f"{self.program.name}: phase {decision.index} run by a team without one")
             if decision.folded and (
                 decision.index + 1 >= len(self.phases) or not self.phases[decision.index + 1].overwrite
@@ -257,30 +269,41 @@ class KernelPlan:
     def phase_runs(self, sizes: Mapping[str, int], values: Mapping[str, int]) -> tuple[PhasePlan, ...]:
         """How the runtime dispatches each phase for these sizes: the split range and the work."""
         runs = []
+        heavy = {**self.contractions, **self.convolutions}
         for decision, phase in zip(self.phases, self.ast.phases):
-            work = 0
-            for name in () if decision.folded else phase.statements:
-                stmt = self.scop.statement(name)
-                st = stmt.statement
-                ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
-                points = 1
-                for r in ranges:
-                    points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
-                # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns
-                # at 230 GFLOP/s); a GEMM team splits from less work than other phases
-                # (runtime/parallel.GEMM_TEAM_DISCOUNT: from about 2^23 multiply-adds)
-                work += points // 128 if name in self.contractions or name in self.convolutions else points
+            work = 0 if decision.folded else _work(self.scop, phase.statements, sizes, heavy)
             span = None
             if decision.split is Split.OUTER_LOOP and not decision.folded:
                 span = loop_range(phase.loop, values)
             team = decision.split is Split.GEMM_TEAM
             barriers = 0
-            if decision.split is Split.LOOP_TEAM:  # how many barriers (unknown: one thread)
+            if decision.private:  # the split loop, then combining the copies
+                barriers, team = 2, True
+            elif decision.split is Split.LOOP_TEAM:  # how many barriers (unknown: one thread)
                 barriers = team_barriers(phase, self.ast, values) or 0
                 team = barriers > 0
             chunked = decision.chunked and span is not None
-            runs.append(PhasePlan(decision.index, span, work, chunked, team, barriers))
+            private_bytes = set_bytes(decision.private)
+            runs.append(PhasePlan(decision.index, span, work, chunked, team, barriers, private_bytes))
         return tuple(runs)
+
+
+def _work(scop: Scop, statements: tuple[str, ...], sizes: Mapping[str, int], heavy: Mapping) -> int:
+    """A phase's work in statement instances for these sizes (`heavy`: its GEMM and convolution
+    statements, discounted)."""
+    work = 0
+    for name in statements:
+        stmt = scop.statement(name)
+        st = stmt.statement
+        ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
+        points = 1
+        for r in ranges:
+            points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
+        # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns at
+        # 230 GFLOP/s); a GEMM team splits from less work than other phases
+        # (runtime/parallel.GEMM_TEAM_DISCOUNT: from about 2^23 multiply-adds)
+        work += points // 128 if name in heavy else points
+    return work
 
 
 def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[Param, int]:
@@ -347,7 +370,18 @@ def plan_kernel(
         folded = folded_inits(scop, ast, contractions, sizes)
         # direct convolutions (a generic kernel's only where its calls run for every size)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
-    teams = {
+    # teams that split a sequential outer loop carrying only reductions, into private copies
+    private: dict[int, tuple[PrivateCopy, ...]] = {}
+    if transform and schedule.options.thread_count() > 1:
+        heavy = {**contractions, **convolutions}
+        for n, phase in enumerate(ast.phases):
+            if n in pipelines or n in folded or any(s in heavy for s in phase.statements):
+                continue
+            work = _work(scop, phase.statements, sizes, heavy)
+            found = plan_private(scop, ast, phase, shapes, work, schedule.options.thread_count())
+            if found:
+                private[n] = found
+    teams = set(private) | {
         n
         for n, phase in enumerate(ast.phases)
         if options.optimize and n not in pipelines and n not in folded and team_phase(phase, ast)
@@ -368,6 +402,7 @@ def plan_kernel(
             _chunked(phase, {**contractions, **convolutions}) and n not in folded,
             folded=n in folded,
             overwrite=n - 1 in folded,
+            private=private.get(n, ()),
         )
         for n, phase in enumerate(ast.phases)
     )

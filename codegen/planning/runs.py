@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# a team splitting a loop into private copies (planning/private.py): chunks per thread, each with
+# its own copies (more let a thread that starts late take fewer; each costs a zeroing and a
+# combining pass over its copies)
+PRIVATE_CHUNKS_PER_THREAD = 4
+
 
 @dataclass(frozen=True)
 class PhasePlan:
@@ -15,7 +20,9 @@ class PhasePlan:
     TEAM_SIZE; lo = INT64_MIN runs the phase on one thread). A GEMM team (one GEMM call,
     `barriers` 0) takes tasks from the block's counters; a loop team (`barriers` > 0, an
     estimate of its units of work) runs that loop on every thread, the parallel loops inside in
-    chunks taken from the block's counters, all threads done with one unit before the next."""
+    chunks taken from the block's counters, all threads done with one unit before the next.
+    `private_bytes`: a loop team that privatises reductions (planning/private.py) needs, after
+    the block's loop words, this many bytes per chunk of its split loop."""
 
     index: int
     loop_range: tuple[int, int, int] | None
@@ -23,6 +30,7 @@ class PhasePlan:
     chunked: bool = False
     team: bool = False
     barriers: int = 0
+    private_bytes: int = 0
 
     @property
     def loop_team(self) -> bool:

@@ -44,7 +44,7 @@ import numpy as np
 
 from ..emit.gemm_team import TEAM_LOOP_BYTES
 from ..lowering.status import ERROR_CANCELLED
-from ..planning.runs import PhasePlan
+from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD, PhasePlan
 from . import native_pool
 from .native_pool import current_cpu as _current_cpu
 from .native_pool import move_off as _move_off
@@ -341,7 +341,8 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
     """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
     for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
     its parts taken in turn let a thread that starts late take fewer."""
-    if threads < 2 or any(p.team and not p.barriers for p in plans):  # no table (and no hashing)
+    # no table (and no hashing) beside a GEMM team, or a team whose private copies need the room
+    if threads < 2 or any((p.team and not p.barriers) or p.private_bytes for p in plans):
         return None
     key = (plans, threads)
     table = _tables.get(key, False)
@@ -397,7 +398,9 @@ def _run_phases(
             if plan.loop_team:  # every thread calls the phase: lo = the shared block, hi = its index
                 if plan.work // plan.barriers >= TEAM_STEP_WORK and _team_busy.acquire(blocking=False):
                     busy = _team_busy
-                    team = _teams.take(threads, TEAM_LOOP_BYTES)
+                    # a team privatising reductions: its chunks' copies after the loop words
+                    private = threads * PRIVATE_CHUNKS_PER_THREAD * plan.private_bytes
+                    team = _teams.take(threads, TEAM_LOOP_BYTES + private)
                     pieces = [(team[1], t) for t in range(threads)]
             elif plan.team and not (plan.work < MIN_PARALLEL_WORK and _small_teams.resting()):
                 team = _teams.take(threads)  # every thread calls the phase with the block as lo
