@@ -117,7 +117,7 @@ class LoopLowering(RowVectorLowering):
                 self.emit_pipelined_for(node, pipeline, env, init, restricted, footprints)
                 return
             if poll and not footprints and not contains_loop(node.for_get_body()):
-                self._emit_polled_innermost_for(node, name, init, env, restricted)
+                self.emit_polled_innermost_for(node, name, init, env, restricted)
                 return
             if not (poll or footprints) and not contains_loop(node.for_get_body()):
                 row = self.row_plan(node, name)
@@ -153,7 +153,7 @@ class LoopLowering(RowVectorLowering):
         b.branch(iv.parent)
         b.position_at_end(exit_)
 
-    def _emit_polled_innermost_for(
+    def emit_polled_innermost_for(
         self, node: isl.AstNode, name: str, init: ll.Value, env: dict[str, ll.Value], restricted: bool
     ) -> None:
         """A phase's only loop (no loop inside it) that threads do not split, so the runtime

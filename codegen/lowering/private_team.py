@@ -20,11 +20,16 @@ import llvmlite.ir as ll
 
 from ..emit import values as V
 from ..emit.gemm_team import TEAM_LOOP_BYTES
-from ..planning.astgen import unwrap
+from ..planning.astgen import contains_loop, unwrap
 from ..planning.private import PrivateCopy, set_bytes
 from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD
 from .team import CHUNKS_PER_THREAD, TeamLowering
 
+# a chunk's copies up to this size live on its thread's stack while it runs (LLVM then knows they
+# alias no tensor, and keeps a scalar accumulator in a register: a 10M-element sum on 2 threads
+# took 23 ms with its copy in the shared block, against 0.9 ms on one thread), then are copied to
+# the shared block; larger ones are reduced into there directly
+PRIVATE_STACK_BYTES = 64 * 1024
 # elements of a privatised tensor below which combining its copies is one chunk (one thread)
 COMBINE_CHUNK_ELEMENTS = 4096
 
@@ -50,9 +55,22 @@ class PrivateTeamLowering(TeamLowering):
             at = b.gep(copies_at, [b.add(b.mul(k, stride), ll.Constant(V.I64, c.offset))])
             return b.bitcast(at, self.pointers[c.tensor].type)
 
+        size = set_bytes(private)
+        local = None  # a chunk's copies on the stack, where LLVM sees they alias no tensor
+        if size <= PRIVATE_STACK_BYTES:
+            with b.goto_entry_block():
+                local = b.alloca(ll.ArrayType(V.I8, size))
+                local.align = 64
+            local = b.bitcast(local, V.I8.as_pointer())
+
         def chunk(k: ll.Value) -> None:
             for c in private:
-                mine = copy(c, k)
+                if local is None:
+                    mine = copy(c, k)
+                else:
+                    mine = b.bitcast(
+                        b.gep(local, [ll.Constant(V.I64, c.offset)]), self.pointers[c.tensor].type
+                    )
                 dtype = self.program.tensor(c.tensor).dtype
                 with b.if_then(b.not_(alone)):
                     fill = V.identity(c.op, dtype)
@@ -64,11 +82,18 @@ class PrivateTeamLowering(TeamLowering):
             self.hi = b.add(init, b.mul(b.sdiv(b.mul(count, b.add(k, ll.Constant(V.I64, 1))), parts), step))
             self.loop_depth += 1
             try:
-                self.emit_chunk_loop(loop, name, init, {}, poll=True)  # the outermost loop: it polls
+                if contains_loop(loop.for_get_body()):  # the outermost loop: it polls
+                    self.emit_chunk_loop(loop, name, init, {}, poll=True)
+                else:  # a poll per iteration would keep LLVM from vectorising it: one per block
+                    self.emit_polled_innermost_for(loop, name, init, {}, restricted=True)
             finally:
                 self.loop_depth -= 1
                 self.lo, self.hi = saved
                 self.private_pointers.clear()
+            if local is not None:  # publish the copies for the combining pass
+                with b.if_then(b.not_(alone)):
+                    shared = b.gep(copies_at, [b.mul(k, stride)])
+                    b.call(self._memcpy(), [shared, local, ll.Constant(V.I64, size), ll.Constant(V.I1, 0)])
 
         self._emit_unit(parts, chunk)
         with b.if_then(b.not_(alone)):  # one thread reduced into the tensors themselves
@@ -107,6 +132,9 @@ class PrivateTeamLowering(TeamLowering):
             self._count(ll.Constant(V.I64, 0), copies, "copies", fold)
 
         self._emit_unit(parts, share)
+
+    def _memcpy(self) -> ll.Function:
+        return self.module.declare_intrinsic("llvm.memcpy", [V.I8.as_pointer(), V.I8.as_pointer(), V.I64])
 
     def _count(self, lo: ll.Value, hi: ll.Value, name: str, body: Callable[[ll.Value], None]) -> None:
         """for (i = lo; i < hi; i++) body(i)."""

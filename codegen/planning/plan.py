@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from polyhedral import Scop, StatementKind
+from polyhedral import Scop
 from polyhedral.contraction import ContractionPlan
 from polyhedral.convolution import ConvPlan, plan_convolutions
 from polyhedral.convolution import folded_inits as conv_folded_inits
@@ -44,7 +44,7 @@ from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
 from .prefetching import worth_prefetching
-from .private import PrivateCopy, plan_private, set_bytes
+from .private import PrivateCopy, phase_work, private_phases, set_bytes
 from .runs import PhasePlan
 from .storage import (
     ContractedTemporary,
@@ -271,7 +271,7 @@ class KernelPlan:
         runs = []
         heavy = {**self.contractions, **self.convolutions}
         for decision, phase in zip(self.phases, self.ast.phases):
-            work = 0 if decision.folded else _work(self.scop, phase.statements, sizes, heavy)
+            work = 0 if decision.folded else phase_work(self.scop, phase.statements, sizes, heavy)
             span = None
             if decision.split is Split.OUTER_LOOP and not decision.folded:
                 span = loop_range(phase.loop, values)
@@ -286,24 +286,6 @@ class KernelPlan:
             private_bytes = set_bytes(decision.private)
             runs.append(PhasePlan(decision.index, span, work, chunked, team, barriers, private_bytes))
         return tuple(runs)
-
-
-def _work(scop: Scop, statements: tuple[str, ...], sizes: Mapping[str, int], heavy: Mapping) -> int:
-    """A phase's work in statement instances for these sizes (`heavy`: its GEMM and convolution
-    statements, discounted)."""
-    work = 0
-    for name in statements:
-        stmt = scop.statement(name)
-        st = stmt.statement
-        ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
-        points = 1
-        for r in ranges:
-            points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
-        # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns at
-        # 230 GFLOP/s); a GEMM team splits from less work than other phases
-        # (runtime/parallel.GEMM_TEAM_DISCOUNT: from about 2^23 multiply-adds)
-        work += points // 128 if name in heavy else points
-    return work
 
 
 def param_values(scop: Scop, sizes: Mapping[str, int]) -> dict[Param, int]:
@@ -371,16 +353,11 @@ def plan_kernel(
         # direct convolutions (a generic kernel's only where its calls run for every size)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     # teams that split a sequential outer loop carrying only reductions, into private copies
-    private: dict[int, tuple[PrivateCopy, ...]] = {}
+    private = {}
     if transform and schedule.options.thread_count() > 1:
+        skip = set(pipelines) | folded
         heavy = {**contractions, **convolutions}
-        for n, phase in enumerate(ast.phases):
-            if n in pipelines or n in folded or any(s in heavy for s in phase.statements):
-                continue
-            work = _work(scop, phase.statements, sizes, heavy)
-            found = plan_private(scop, ast, phase, shapes, work, schedule.options.thread_count())
-            if found:
-                private[n] = found
+        private = private_phases(scop, ast, shapes, sizes, heavy, skip, schedule.options.thread_count())
     teams = set(private) | {
         n
         for n, phase in enumerate(ast.phases)

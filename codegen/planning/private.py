@@ -15,8 +15,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from polyhedral import Scop
+from polyhedral import Scop, StatementKind
 from polyhedral.privatise import private_reductions
+from polyhedral.sizes import compile_size_expr
 
 from .astgen import LoopAst, Phase
 from .runs import PRIVATE_CHUNKS_PER_THREAD
@@ -46,6 +47,47 @@ def set_bytes(copies: tuple[PrivateCopy, ...]) -> int:
     """Bytes of one chunk's set of copies (a multiple of 64)."""
     end = max((c.offset + c.elements * c.element_bytes for c in copies), default=0)
     return -(-end // _ALIGN) * _ALIGN
+
+
+def phase_work(scop: Scop, statements: tuple[str, ...], sizes: Mapping[str, int], heavy: Mapping) -> int:
+    """A phase's work in statement instances for these sizes (`heavy`: its GEMM and convolution
+    statements, discounted)."""
+    work = 0
+    for name in statements:
+        stmt = scop.statement(name)
+        st = stmt.statement
+        ranges = st.ranges if stmt.kind is StatementKind.BODY else st.ranges[: len(st.indices)]
+        points = 1
+        for r in ranges:
+            points *= max(0, compile_size_expr(r.hi)(sizes) - compile_size_expr(r.lo)(sizes))
+        # a packed-GEMM multiply-add costs about 1/128 of a simple loop instance (0.009 ns at
+        # 230 GFLOP/s); a GEMM team splits from less work than other phases
+        # (runtime/parallel.GEMM_TEAM_DISCOUNT: from about 2^23 multiply-adds)
+        work += points // 128 if name in heavy else points
+    return work
+
+
+def private_phases(
+    scop: Scop,
+    ast: LoopAst,
+    shapes: Mapping[str, tuple[int, ...]],
+    sizes: Mapping[str, int],
+    heavy: Mapping,
+    skip: set[int],
+    threads: int,
+) -> dict[int, tuple[PrivateCopy, ...]]:
+    """Phase number → its copies, for the phases (not in `skip`, without GEMM or convolution
+    calls) whose loop a team privatising reductions runs."""
+    found = {}
+    for n, phase in enumerate(ast.phases):
+        if n in skip or any(s in heavy for s in phase.statements):
+            continue
+        copies = plan_private(
+            scop, ast, phase, shapes, phase_work(scop, phase.statements, sizes, heavy), threads
+        )
+        if copies:
+            found[n] = copies
+    return found
 
 
 def plan_private(

@@ -159,3 +159,42 @@ def test_a_team_left_alone_reduces_in_place_as_one_thread_does():
     two = tl.compile(ATAX, options=tl.Options(threads=2))
     assert "copy of y" in two.inspect("plan", sizes={"M": 131, "N": 257})
     np.testing.assert_array_equal(two(A, x), tl.compile(ATAX, options=tl.Options(threads=1))(A, x))
+
+
+TOTAL = "def total(float(N) a) -> (s) { s +=! a(i) }"
+
+
+def test_a_scalar_sum_splits_its_loop_and_is_the_same_on_every_call(forced):
+    """The whole loop carries only s's sum: chunks keep their copy on the stack (a register after
+    LLVM's promotion) and the team adds the copies."""
+    assert "its own copy of s (+, 4 bytes)" in _plan(TOTAL, 2, {"N": 100_000})
+    rng = np.random.default_rng(14)
+    for n in (1, 2, 1031, 100_003):
+        a = rng.uniform(-1, 1, size=n).astype(np.float32)
+        want = a.astype(np.float64).sum()
+        for t in (2, 3, 7):
+            k = tl.compile(TOTAL, options=tl.Options(threads=t))
+            got = k(a)
+            np.testing.assert_allclose(
+                got, want, rtol=1e-5, atol=1e-5 * np.sqrt(n), err_msg=f"{t} threads, {n}"
+            )
+            np.testing.assert_array_equal(k(a), got)
+    assert any(nbytes > parallel.TEAM_LOOP_BYTES for nbytes in forced)
+
+
+def test_copies_too_large_for_the_stack_are_reduced_in_the_shared_block(forced):
+    """17011 floats (68 KB) a copy: over PRIVATE_STACK_BYTES, each chunk reduces into its slot of
+    the team's block directly."""
+    from codegen.lowering.private_team import PRIVATE_STACK_BYTES
+
+    m, n = 301, 17011
+    assert n * 4 > PRIVATE_STACK_BYTES
+    assert f"its own copy of y (+, {n * 4} bytes)" in _plan(ATAX, 3, {"M": m, "N": n})
+    rng = np.random.default_rng(15)
+    A = rng.uniform(-1, 1, size=(m, n)).astype(np.float32)
+    x = rng.uniform(-1, 1, size=n).astype(np.float32)
+    want = A.T.astype(np.float64) @ (A.astype(np.float64) @ x)
+    k = tl.compile(ATAX, options=tl.Options(threads=3))
+    got = k(A, x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
+    np.testing.assert_array_equal(k(A, x), got)
