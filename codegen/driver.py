@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 
 from tensorlang.errors import TensorLangError, TensorLangWarning
 
@@ -68,13 +69,16 @@ def _compile_cuda(source: str, name: str | None, options: Options, filename: str
     """target="cuda": the stages, no disk records (they hold CPU interfaces and machine code)."""
     from .gpu.kernel import CudaKernel
 
-    program, schedule, syntax_text = run_stages(source, name, options, filename)
+    program, schedule, syntax_text = run_stages(source, name, options, filename, private_reductions=False)
     return CudaKernel(program, schedule, options, syntax_text, source, filename)
 
 
-def run_stages(source: str, name: str | None, options: Options, filename: str):
+def run_stages(
+    source: str, name: str | None, options: Options, filename: str, private_reductions: bool = True
+):
     """Front end, polyhedral model and schedule of the def: (ir.Program, Schedule, the printed
-    syntax tree). Raises the user's errors as TensorLangErrors."""
+    syntax tree). Raises the user's errors as TensorLangErrors. `private_reductions`: whether
+    the target privatises reductions on threads (ScheduleOptions; the CUDA target does not)."""
     import islpy as isl
 
     from polyhedral import build_scop
@@ -89,7 +93,7 @@ def run_stages(source: str, name: str | None, options: Options, filename: str):
         # (specialize=False): with symbolic bounds each piece multiplies the loop nests LLVM
         # compiles (heat-3d with 4-wide tiles: 27 s to compile split, 0.5 s whole)
         scop = build_scop(program, split=options.optimize and options.specialize)
-        schedule = compute_schedule(scop, options.schedule)
+        schedule = compute_schedule(scop, replace(options.schedule, private_reductions=private_reductions))
         if verification_enabled():  # the tests run every stage's invariant checks
             scop.verify()
             schedule.verify()

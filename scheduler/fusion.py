@@ -217,7 +217,13 @@ def partition(
         if ok:
             spans, is_parallel = _fusion_quality(scop, merged, memo)
             was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,), memo)[1]
-            if spans and not is_parallel and was_parallel and not single_thread:
+            if (
+                spans
+                and not is_parallel
+                and was_parallel
+                and not single_thread
+                and options.private_reductions
+            ):
                 is_parallel = _parallel_when_privatised(scop, merged, memo)
             ok = spans and (is_parallel or not was_parallel or single_thread)
         if ok:

@@ -35,6 +35,9 @@ class ScheduleOptions:
         other band). A generic kernel (Options(specialize=False)) sets it False: its loop bounds
         stay symbolic, and parallelogram tiles with symbolic bounds made isl's AST and LLVM's
         code explode (48 s to compile seidel-2d on 2 threads, against 0.4 s specialised).
+    private_reductions: the target runs a loop that carries only reductions on threads, each
+        with its own copy of the tensor (the CPU's teams, polyhedral/privatise.py), so fusion may
+        count such a loop as parallel. The CUDA target has no such copies: False there.
     """
 
     tile: tuple[int, ...] | None = None
@@ -46,6 +49,7 @@ class ScheduleOptions:
     band_tiles: tuple[tuple[int, ...] | None, ...] | None = None
     time_tile: tuple[int, ...] | None = None
     time_tiles: bool = True
+    private_reductions: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "loop_order", check_loop_order(self.loop_order))

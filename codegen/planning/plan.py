@@ -354,7 +354,7 @@ def plan_kernel(
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
     # teams that split a sequential outer loop carrying only reductions, into private copies
     private = {}
-    if transform and schedule.options.thread_count() > 1:
+    if transform and schedule.options.thread_count() > 1 and schedule.options.private_reductions:
         skip = set(pipelines) | folded
         heavy = {**contractions, **convolutions}
         private = private_phases(scop, ast, shapes, sizes, heavy, skip, schedule.options.thread_count())

@@ -198,3 +198,11 @@ def test_copies_too_large_for_the_stack_are_reduced_in_the_shared_block(forced):
     got = k(A, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=2e-3)
     np.testing.assert_array_equal(k(A, x), got)
+
+
+def test_the_cuda_target_has_no_private_copies_so_atax_stays_unfused():
+    """A fused atax would leave the GPU one thread (its row loop carries y's sum, and the
+    target keeps no copies per thread): fusion does not count privatisation there."""
+    k = tl.compile(ATAX, target="cuda", options=tl.Options(threads=2))
+    assert "region 1: S1" in k.inspect("graph")
+    assert "copy" not in k.inspect("plan", sizes={"M": 4000, "N": 4000})
