@@ -2,10 +2,11 @@
 
 The phase's sequential outer loop carries only reductions into the privatised tensors
 (planning/private.py). Its iterations are cut into chunks that the team's threads take in turn
-(team.py `_emit_unit`); chunk k first fills its copies, in the team's shared block after its
-loop words, with the reduction's identity, then runs its iterations with the statements that
-reduce into a privatised tensor pointed at its copy (the tensor's initialisation still writes
-the tensor). Once every chunk is done, the team combines: each thread takes a share of the
+(team.py `_emit_unit`); chunk k first fills its copies with the reduction's identity, then runs
+its iterations with the statements that reduce into a privatised tensor pointed at its copy (the
+tensor's initialisation still writes the tensor). The copies live on the thread's stack while
+the chunk runs (up to PRIVATE_STACK_BYTES), then are copied to slot k of the team's shared block,
+after its loop words; larger ones are reduced into that slot directly. Once every chunk is done, the team combines: each thread takes a share of the
 tensor's elements and folds into them the copies of chunk 0, 1, .. in that order, so the result
 is the same whichever thread ran which chunk. Run on one thread (lo = INT64_MIN), the chunks
 reduce into the tensors themselves, in order: the sequential loop, with nothing to combine.
@@ -48,14 +49,14 @@ class PrivateTeamLowering(TeamLowering):
         parts = b.select(b.icmp_signed("<", count, most), count, most)
         alone = self.team_alone
         copies_at = b.gep(self.team_block, [ll.Constant(V.I64, TEAM_LOOP_BYTES)])
-        stride = ll.Constant(V.I64, set_bytes(private))
+        size = set_bytes(private)
+        stride = ll.Constant(V.I64, size)
         name = loop.for_get_iterator().get_id().get_name()
 
         def copy(c: PrivateCopy, k: ll.Value) -> ll.Value:
             at = b.gep(copies_at, [b.add(b.mul(k, stride), ll.Constant(V.I64, c.offset))])
             return b.bitcast(at, self.pointers[c.tensor].type)
 
-        size = set_bytes(private)
         local = None  # a chunk's copies on the stack, where LLVM sees they alias no tensor
         if size <= PRIVATE_STACK_BYTES:
             with b.goto_entry_block():
