@@ -26,8 +26,9 @@ from .scop import Scop, StatementKind
 
 def private_reductions(scop: Scop, names: Iterable[str]) -> dict[str, str]:
     """Tensor → reduction operator, for the tensors the statements `names` may privatise."""
+    # (an initialisation is scheduled with its own statement, so those of the candidates' writers
+    # are the only initialisations of a candidate here)
     chosen = [scop.statement(n) for n in names]
-    positions = {s.position for s in chosen}
     candidates: dict[str, str] = {}
     refused: set[str] = set()
     for s in chosen:
@@ -47,8 +48,6 @@ def private_reductions(scop: Scop, names: Iterable[str]) -> dict[str, str]:
         else:
             refused.add(tensor)
     for s in chosen:
-        if s.kind is StatementKind.INIT and s.statement.tensor in candidates and s.position not in positions:
-            refused.add(s.statement.tensor)  # an initialisation of another statement (cannot happen)
         for a in s.reads:
             if a.tensor in candidates and a.read is not None:  # read by a statement not reducing into it
                 refused.add(a.tensor)

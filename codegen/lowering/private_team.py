@@ -75,8 +75,8 @@ class PrivateTeamLowering(TeamLowering):
                 dtype = self.program.tensor(c.tensor).dtype
                 with b.if_then(b.not_(alone)):
                     fill = V.identity(c.op, dtype)
-                    self._count(ll.Constant(V.I64, 0), ll.Constant(V.I64, c.elements), "fill",
-                                lambda e, p=mine, v=fill, t=dtype: V.store_element(b, v, b.gep(p, [e]), t))  # fmt: skip
+                    self._each(ll.Constant(V.I64, 0), ll.Constant(V.I64, c.elements),
+                               lambda e, p=mine, v=fill, t=dtype: V.store_element(b, v, b.gep(p, [e]), t))  # fmt: skip
                 self.private_pointers[c.tensor] = b.select(alone, self.pointers[c.tensor], mine)
             saved = self.lo, self.hi
             self.lo = b.add(init, b.mul(b.sdiv(b.mul(count, k), parts), step))
@@ -128,22 +128,21 @@ class PrivateTeamLowering(TeamLowering):
                     new = V.load_element(b, b.gep(theirs, [e]), dtype)
                     V.store_element(b, V.combine(b, c.op, dtype, old, new, self.flags), at, dtype)
 
-                self._count(first, stop, "combine", element)
+                self._each(first, stop, element)
 
-            self._count(ll.Constant(V.I64, 0), copies, "copies", fold)
+            self._each(ll.Constant(V.I64, 0), copies, fold)
 
         self._emit_unit(parts, share)
 
     def _memcpy(self) -> ll.Function:
         return self.module.declare_intrinsic("llvm.memcpy", [V.I8.as_pointer(), V.I8.as_pointer(), V.I64])
 
-    def _count(self, lo: ll.Value, hi: ll.Value, name: str, body: Callable[[ll.Value], None]) -> None:
-        """for (i = lo; i < hi; i++) body(i)."""
+    def _each(self, lo: ll.Value, hi: ll.Value, body: Callable[[ll.Value], None]) -> None:
+        """for (i = lo; i < hi; i++) body(i), through WaveLowering._loop (no carried values)."""
         b = self.b
-        _, loop, done, i = self._loop_head(name, lo)
-        b.cbranch(b.icmp_signed("<", i, hi), loop, done)
-        b.position_at_end(loop)
-        body(i)
-        i.add_incoming(b.add(i, ll.Constant(V.I64, 1), flags=["nsw"]), b.block)
-        b.branch(i.parent)
-        b.position_at_end(done)
+
+        def step(j: ll.Value, _: list[ll.Value]) -> list[ll.Value]:
+            body(b.add(lo, j))
+            return []
+
+        self._loop(b.sub(hi, lo), [], step)

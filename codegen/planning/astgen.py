@@ -45,7 +45,7 @@ class LoopInfo:
     wave: WaveLags | None = None
     # for a phase's sequential outer loop that carries only reductions into these tensors: threads
     # may split it, each accumulating into its own copies (polyhedral/privatise.py)
-    private: tuple[str, ...] = ()
+    private: tuple[tuple[str, str], ...] = ()  # (tensor, its reduction operator)
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ def _privatised(scop: Scop, build: isl.AstBuild, deps: isl.UnionMap) -> tuple[st
     private, rest = privatised_dependences(scop, sorted(names), deps)
     if not private or not _carries_no_dependence(_loop_dependences(build, rest)):
         return ()
-    return tuple(sorted(private))
+    return tuple(sorted(private.items()))
 
 
 def _maps(umap: isl.UnionMap) -> list[isl.Map]:

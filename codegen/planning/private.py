@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from polyhedral import Scop, StatementKind
-from polyhedral.privatise import private_reductions
 from polyhedral.sizes import compile_size_expr
 
 from .astgen import LoopAst, Phase
@@ -105,14 +104,11 @@ def plan_private(
     info = ast.loops.get(phase.outer.get_annotation().get_name())
     if info is None or not info.private:
         return ()
-    ops = private_reductions(scop, phase.statements)
     copies, offset = [], 0
-    for tensor in info.private:
-        if tensor not in ops:  # the AST builder saw the same statements: a guard, not a case
-            return ()
+    for tensor, op in info.private:
         elements = math.prod(shapes[tensor])
         size = scop.program.tensor(tensor).dtype.storage_bytes
-        copies.append(PrivateCopy(tensor, ops[tensor], elements, size, offset))
+        copies.append(PrivateCopy(tensor, op, elements, size, offset))
         offset += -(-elements * size // _ALIGN) * _ALIGN
     chunks = threads * PRIVATE_CHUNKS_PER_THREAD
     if sum(c.elements for c in copies) * chunks * WORK_PER_COPIED_ELEMENT > work:
