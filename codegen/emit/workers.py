@@ -14,7 +14,10 @@ A piece takes ranges from its counter until none is left, the call's cancel word
 (ERROR_CANCELLED), or a range returns an error (the counter is then pushed past the end, so the
 other pieces take no more). A piece of a plain split (not a team's) then takes the ranges the
 dispatch's other pieces have not taken yet (SLOT_PEERS, SLOT_NPEERS), with its own arguments: a
-worker that starts late, its core busy, finds its share done instead of holding the call up. Waits spin for a while (`readcyclecounter`), then sleep in the futex
+worker that starts late, its core busy, finds its share done instead of holding the call up.
+A worker takes each generation by compare-and-swap on SLOT_CLAIM before it runs the piece; once
+another piece of the dispatch has returned, the caller may revoke a generation not yet taken
+(`tl_worker_revoke`) instead of waiting for a worker that has not got a core. Waits spin for a while (`readcyclecounter`), then sleep in the futex
 system call: a worker that finished a piece spins SPIN_CYCLES for the next one (back-to-back
 calls then cost no wake-up), then sleeps until posted to. No Python runs on these threads.
 """
@@ -32,6 +35,10 @@ I64P = I64.as_pointer()
 
 SLOT_SEQ = 0
 SLOT_DONE = 64
+# i64: the last generation whose fate is settled: `g` the worker took it, `-g` the caller revoked
+# it (the caller's own piece took all its work first: no need to wait for a worker that has not
+# started, its core taken by another thread); beside SLOT_DONE, which the caller reads too
+SLOT_CLAIM = 72
 SLOT_JOB = 128  # fn, then the entry's 8 arguments
 SLOT_RANGES = SLOT_JOB + 9 * 8  # i64*: [lo, hi) pairs
 SLOT_COUNT = SLOT_RANGES + 8  # i64: pairs in the list
@@ -65,6 +72,7 @@ WORKER = "tl_worker_main"
 POST = "tl_worker_post"
 RUN = "tl_worker_run"
 WAIT = "tl_worker_wait"
+REVOKE = "tl_worker_revoke"
 
 
 def _word(b: ir.IRBuilder, slot, offset: int, ty: ir.Type = I64):
@@ -118,6 +126,31 @@ def _spin_until(module, b, word, target, budget: int, x86: bool, until_ge: bool,
     return b.load_atomic(word, "acquire", 8)
 
 
+def _settle(b: ir.IRBuilder, claim, generation, value, name: str) -> tuple[ir.Block, ir.Block]:
+    """Settle `generation`'s fate in the SLOT_CLAIM word `claim`: compare-and-swap `value` (the
+    generation: taken; its negation: revoked) into it unless it already holds this generation or
+    a later one, either sign. Returns the blocks reached when this thread's swap won, and when
+    the word was settled otherwise (only a slot's worker and its caller write it, so a failed
+    swap saw the other's)."""
+    start = b.block
+    first = b.load_atomic(claim, "acquire", 8)
+    head = b.append_basic_block(f"{name}.head")
+    swap = b.append_basic_block(f"{name}.swap")
+    won = b.append_basic_block(f"{name}.won")
+    lost = b.append_basic_block(f"{name}.settled")
+    b.branch(head)
+    b.position_at_end(head)
+    seen = b.phi(I64, name=f"{name}.seen")
+    seen.add_incoming(first, start)
+    magnitude = b.select(b.icmp_signed("<", seen, c64(0)), b.neg(seen), seen)
+    b.cbranch(b.icmp_signed(">=", magnitude, generation), lost, swap)
+    b.position_at_end(swap)
+    result = b.cmpxchg(claim, seen, value, "acq_rel", "acquire")
+    seen.add_incoming(b.extract_value(result, 0), swap)
+    b.cbranch(b.extract_value(result, 1), won, head)
+    return won, lost
+
+
 def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) -> None:
     """Define the four external functions of the protocol in `module`:
 
@@ -125,7 +158,10 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     * `void tl_worker_post(i8* slot, i64 seq)`: publish the slot's job as generation `seq`;
     * `i32 tl_worker_run(i8* slot)`: run the slot's piece on the calling thread, return its code;
     * `i32 tl_worker_wait(i8* slot, i64 seq, i64 timeout_ns)`: 1 once generation `seq` is done,
-      0 if the timeout passed first (the caller looks again after running signal handlers).
+      0 if the timeout passed first (the caller looks again after running signal handlers);
+    * `i32 tl_worker_revoke(i8* slot, i64 seq)`: 1 if the worker had not taken generation `seq`
+      and now never will (SLOT_CLAIM), 0 if it took it (the caller then waits for it). Only for
+      a piece that would find nothing left to do: another piece of its dispatch has returned.
 
     `futex_nr` is the host's futex system call number, `cancelled` the code a piece returns when
     the cancel word is set."""
@@ -225,6 +261,16 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b.position_at_end(ready)
     b.ret(ir.Constant(I32, 1))
 
+    # -- revoke ------------------------------------------------------------------------------------
+    revoke = define_function(module, REVOKE, I32, [I8P, I64], ["slot", "seq"], linkage="external")
+    b = ir.IRBuilder(revoke.append_basic_block("entry"))
+    slot, seq = revoke.args
+    revoked, taken = _settle(b, _word(b, slot, SLOT_CLAIM), seq, b.neg(seq), "revoke")
+    b.position_at_end(revoked)
+    b.ret(ir.Constant(I32, 1))
+    b.position_at_end(taken)
+    b.ret(ir.Constant(I32, 0))
+
     # -- a worker's loop -------------------------------------------------------------------------
     main = define_function(module, WORKER, I8P, [I8P], ["slot"], linkage="external")
     entry = main.append_basic_block("entry")
@@ -255,6 +301,12 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     work = b.append_basic_block("work")
     b.cbranch(b.icmp_signed("<", now, c64(0)), leave, work)
     b.position_at_end(work)
+    # take the generation unless the caller revoked it (or a later one) meanwhile
+    take, skip = _settle(b, _word(b, slot, SLOT_CLAIM), now, now, "claim")
+    b.position_at_end(skip)  # nothing to run, nobody waits: look for the next generation
+    last.add_incoming(now, skip)
+    b.branch(head)
+    b.position_at_end(take)
     # a worker woken from its sleep is often put on the core of the thread that woke it (and a
     # busy machine's balancing may move a spinning one there), which runs a piece too: move to
     # another core first (the caller wrote its core); SLOT_SHARED counts it

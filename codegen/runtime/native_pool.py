@@ -29,6 +29,7 @@ import numpy as np
 
 from ..emit.workers import (
     POST,
+    REVOKE,
     RUN,
     SLOT_BYTES,
     SLOT_CODE,
@@ -117,13 +118,14 @@ class _Code:
             "workers",
             {"futex": futex_nr, "cancelled": ERROR_CANCELLED, "x86": x86},
             lambda module: define_workers(module, futex_nr, ERROR_CANCELLED, x86),
-            (WORKER, POST, RUN, WAIT),
+            (WORKER, POST, RUN, WAIT, REVOKE),
         )
         vp, i64 = ctypes.c_void_p, ctypes.c_int64
         self.worker = address[WORKER]
         self.post = ctypes.CFUNCTYPE(None, vp, i64)(address[POST])
         self.run = ctypes.CFUNCTYPE(ctypes.c_int32, vp)(address[RUN])
         self.wait = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64, i64)(address[WAIT])
+        self.revoke = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64)(address[REVOKE])
 
 
 _code: _Code | None = None
@@ -278,7 +280,16 @@ def _leave() -> None:
 
 
 def run(
-    pool: Pool, entry, params: int, phase: int, pieces: list, shared, inline: bool, cpu: int, steal: bool
+    pool: Pool,
+    entry,
+    params: int,
+    phase: int,
+    pieces: list,
+    shared,
+    inline: bool,
+    cpu: int,
+    steal: bool,
+    revocable: bool = False,
 ):
     """Run `pieces` — (buffers, workspace, ranges) each: the entry's tensor pointers and
     workspace for that piece and the [lo, hi) calls it makes — at once, the first on the calling
@@ -288,8 +299,12 @@ def run(
     the call's cancel word and returns only once no worker runs a piece (then re-raises).
     `cpu`: the caller's core (a worker woken onto it moves off). `steal`: a piece that finished
     its own ranges takes the others' untaken ones (not for teams, whose pieces must run at once,
-    one per thread). Per-call state lives in the pool's own memory (no array is made for a call
-    whose lists fit the slots)."""
+    one per thread). `revocable`: once one piece has returned, the dispatch's work is all taken
+    (pieces that take from one counter: a GEMM team's tasks, a loop team's chunks, split ranges
+    with stealing), so a worker that has not started its piece yet — its core busy with another
+    thread, OpenBLAS's spinning workers after a NumPy call — is not waited for: it never starts
+    it. Per-call state lives in the pool's own memory (no array is made for a call whose lists
+    fit the slots)."""
     address = pool.entry_address(entry)
     words = pool.all_words
     cancel = pool.header + CANCEL_WORD * _W
@@ -321,13 +336,18 @@ def run(
         posted.append((slot, pool.seq))
     try:
         codes = [pool.code.run(pool.slot(0))] if inline else []
+        returned = inline  # a piece has returned: with `revocable`, all the work is taken
         for slot, seq in posted:
+            if returned and revocable and pool.code.revoke(pool.slot(slot), seq):
+                codes.append(0)
+                continue
             while not pool.code.wait(pool.slot(slot), seq, POLL_NS):
                 pass
+            codes.append(int(pool.code_of(slot)))
+            returned = True
     except BaseException:
         _cancel(pool, posted)
         raise
-    codes += [int(pool.code_of(slot)) for slot, _ in posted]
     failed = [(code, slot) for code, slot in zip(codes, range(offset, len(pieces) + offset)) if code]
     for code, slot in sorted(failed, key=lambda f: f[0] == ERROR_CANCELLED):
         base = pool.word_base(slot) + SLOT_ERROR // _W
@@ -336,9 +356,12 @@ def run(
 
 
 def _cancel(pool: Pool, posted: list[tuple[int, int]]) -> None:
-    """Set the cancel word and wait until no posted piece runs (interrupts swallowed)."""
+    """Set the cancel word and wait until no posted piece runs (interrupts swallowed): a
+    piece its worker has not started is revoked instead."""
     pool.all_words.view(np.int32)[CANCEL_WORD * 2] = 1
     for slot, seq in posted:
+        if pool.code.revoke(pool.slot(slot), seq):
+            continue
         while True:
             try:
                 if pool.code.wait(pool.slot(slot), seq, POLL_NS):

@@ -429,9 +429,11 @@ def _run_phases(
                 start = time.perf_counter()
                 # a caller that runs no piece (watched) sleeps: its core is free for a worker
                 here = -1 if watched else _current_cpu()
+                # a whole-call team's static shares and barriers need every thread: no revoking
                 code, err = native_pool.run(
-                    native, entry, params, plan.index, jobs, shared, not watched, here, team is None
-                )
+                    native, entry, params, plan.index, jobs, shared, not watched, here, team is None,
+                    revocable=whole_call is None,
+                )  # fmt: skip
                 if plan.team and busy is None and plan.work < MIN_PARALLEL_WORK:  # a small GEMM team
                     _small_teams.timed(plan.work, time.perf_counter() - start)
             finally:

@@ -12,7 +12,7 @@ import pytest
 
 import codegen.runtime.parallel
 import tensorlang as tl
-from codegen.emit.workers import SLOT_SLEEPS
+from codegen.emit.workers import SLOT_CLAIM, SLOT_SLEEPS
 from codegen.runtime import native_pool
 
 pytestmark = pytest.mark.skipif(
@@ -194,9 +194,9 @@ def test_workers_move_off_the_callers_core_only_when_it_runs_a_piece(watched, mo
     seen = []
     real = native_pool.run
 
-    def spy(*args):
+    def spy(*args, **kwargs):
         seen.append((args[6], args[7]))  # inline, cpu
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(native_pool, "run", spy)
     a, c = _inputs([(4099,), (4099,)])
@@ -204,3 +204,70 @@ def test_workers_move_off_the_callers_core_only_when_it_runs_a_piece(watched, mo
     assert seen, "the split phase did not run on the native pool"
     assert all(inline is not watched for inline, _ in seen)
     assert all(cpu == (-1 if watched else 1) for _, cpu in seen)
+
+
+def test_revoking_settles_each_generation_once():
+    """SLOT_CLAIM: the caller revokes a generation the worker has not taken (the word becomes
+    -seq); one the worker took (seq) stays taken, and the caller must wait for it."""
+    code = native_pool._machine_code()
+    pool = native_pool.Pool(code)  # slot 1 has no thread: nothing takes what is posted to it
+    claim = pool.word_base(1) + SLOT_CLAIM // 8
+    assert code.revoke(pool.slot(1), 5) == 1 and pool.all_words[claim] == -5
+    assert code.revoke(pool.slot(1), 9) == 1 and pool.all_words[claim] == -9  # a later one
+    pool.all_words[claim] = 12  # as the worker's compare-and-swap leaves it when it takes 12
+    assert code.revoke(pool.slot(1), 12) == 0 and pool.all_words[claim] == 12
+
+
+def _pool_without_workers(monkeypatch) -> native_pool.Pool:
+    """The pool every dispatch gets: real machine code, but slot 1 has no thread, so a piece
+    posted to it never starts (a worker whose core another thread holds, at the extreme)."""
+    pool = native_pool.Pool(native_pool._machine_code())
+    pool.threads = native_pool._MAX_WORKERS  # reserve() starts nothing
+
+    def acquire(entry, workers):
+        return pool if pool.busy.acquire(blocking=False) else None
+
+    monkeypatch.setattr(native_pool, "acquire", acquire)
+    return pool
+
+
+def _finishes(fn, seconds=120.0):
+    """fn() on a thread of its own: its result, or a failure if it is still waiting after
+    `seconds` (a caller waiting for a piece nobody will ever run)."""
+    result = []
+    worker = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), "the call waits for a piece whose worker never started"
+    return result[0]
+
+
+@pytest.mark.parametrize("kind", ["gemm team", "split", "loop team"])
+def test_a_call_does_not_wait_for_a_worker_that_never_starts(kind, monkeypatch):
+    """A worker piece not started by the time the caller's own piece returns is revoked: the
+    caller's piece took every task, range or chunk, so the result is whole (a GEMM team, a split
+    loop with stealing, a private-reduction loop team), and the call returns without the worker.
+    Before, the caller waited until the worker got a core: after a NumPy matmul on 2 threads,
+    OpenBLAS's spinning worker held it for ~0.1 s, and a 150 µs sgemm 256 took 370 µs."""
+    parallel = codegen.runtime.parallel
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_WORK", 0)
+    monkeypatch.setattr(parallel, "TEAM_STEP_WORK", 0)
+    pool = _pool_without_workers(monkeypatch)
+    dispatched = []
+    real = native_pool.run
+    monkeypatch.setattr(native_pool, "run", lambda *a, **kw: dispatched.append(kw) or real(*a, **kw))
+    if kind == "gemm team":
+        A, B = _inputs([(131, 67), (67, 97)])
+        got = _finishes(lambda: tl.compile(MM, options=tl.Options(threads=2))(A, B))
+        np.testing.assert_allclose(got, A @ B, rtol=1e-4, atol=1e-4)
+    elif kind == "split":
+        a, c = _inputs([(4099,), (4099,)])
+        got = _finishes(lambda: tl.compile(ADD, options=tl.Options(threads=2))(a, c))
+        np.testing.assert_array_equal(got, a + c)
+    else:
+        atax = "def atax(float(M,N) A, float(N) x) -> (y) {\n  t(i) +=! A(i,j) * x(j)\n  y(j) +=! A(i,j) * t(i)\n}"
+        A, x = _inputs([(67, 31), (31,)])
+        got = _finishes(lambda: tl.compile(atax, options=tl.Options(threads=2))(A, x))
+        np.testing.assert_allclose(got, A.T @ (A @ x), rtol=1e-4, atol=1e-4)
+    assert dispatched and all(kw["revocable"] for kw in dispatched)
+    assert pool.all_words[pool.word_base(1) + SLOT_CLAIM // 8] == -pool.seq  # revoked
