@@ -12,12 +12,15 @@ an i64 array built per signature:
   address, the dtype's descriptor address, the rank, the size in bytes, the pointer-array slot,
   the flags that must be set, the kind (an array, or a 0-d input given as a number), then the
   shape;
-* then the phases' indices.
+* then per phase its index and the address of its dispatch record (emit/dispatch.py), or 0 to
+  run it on the calling thread.
 
 It answers -1, having run nothing, when an object differs from its record in any way (type,
 descriptor, rank, shape, flags) or an output's memory meets an input's or an earlier output's:
-the Python path then decides. Otherwise it fills the pointer array with the data addresses and
-runs every phase on the calling thread, answering the first nonzero code, else 0.
+the Python path then decides; also when another call of the same plan is running (PLAN_BUSY).
+Otherwise it fills the pointer array with the data addresses and runs every phase, on the calling
+thread or through its dispatch record on the native workers (the GIL let go meanwhile when the
+plan says so), answering the first nonzero code, else 0.
 """
 
 from __future__ import annotations
@@ -34,7 +37,12 @@ CHECKED_CALL = "tl_checked_call"
 
 PLAN_ENTRY, PLAN_PARAMS, PLAN_CANCEL = 0, 1, 2
 PLAN_PHASES, PLAN_BUFFERS, PLAN_INPUTS, PLAN_OUTPUTS = 3, 4, 5, 6
-HEADER_WORDS = 8
+# a signature whose phases split (not inline): the workspace of phases run here, tl_worker_dispatch
+# (emit/dispatch.py), PyEval_SaveThread and PyEval_RestoreThread (the GIL is let go while phases
+# run: 0 keeps it), and the word one call of the plan holds it with (its workspaces are one set)
+PLAN_WORKSPACE, PLAN_DISPATCH, PLAN_SAVE, PLAN_RESTORE, PLAN_BUSY = 7, 8, 9, 10, 11
+HEADER_WORDS = 16
+PHASE_WORDS = 2  # each phase: its index, and its dispatch record's address (0: run it here)
 REC_TYPE, REC_DESCR, REC_RANK, REC_NBYTES, REC_SLOT, REC_FLAGS, REC_KIND, REC_SHAPE = 0, 1, 2, 3, 4, 5, 6, 7
 MAX_RANK = 9
 # what a record describes: an array; a number whose value the object holds at NUMBER_VALUE in the
@@ -162,12 +170,30 @@ def define_checked_call(module: ir.Module) -> ir.Function:
     kernel = b.inttoptr(word(PLAN_ENTRY), entry_ty.as_pointer())
     params = b.inttoptr(word(PLAN_PARAMS), I8P)
     cancel = b.inttoptr(word(PLAN_CANCEL), I8P)
+    workspace = b.inttoptr(word(PLAN_WORKSPACE), I8P)
     buffers = b.bitcast(pointers, I8P)
+    busy = b.gep(plan, [c64(PLAN_BUSY)], inbounds=True)
+    require(b.extract_value(b.cmpxchg(busy, c64(0), c64(1), "acquire", "monotonic"), 1), "plan.free")
+    thread_state_ty = ir.FunctionType(I8P, [])
+    save, restore = word(PLAN_SAVE), word(PLAN_RESTORE)
+    lets_go = b.icmp_signed("!=", save, c64(0))
+    state = b.alloca(I8P, name="thread_state")
+    with b.if_then(lets_go):
+        b.store(b.call(b.inttoptr(save, thread_state_ty.as_pointer()), []), state)
+    dispatch_ty = ir.FunctionType(I32, [I64P, I8P, I8P])
     phases_at = b.add(c64(HEADER_WORDS), b.mul(tensors, c64(RECORD_WORDS)))
-    failed = fn.append_basic_block("failed")
+    outcome = b.alloca(I32, name="outcome")
+    b.store(ir.Constant(I32, 0), outcome)
+    finish = fn.append_basic_block("finish")
     with loop(b, 0, word(PLAN_PHASES), name="p") as p:
-        phase = word(b.add(phases_at, p))
-        code = b.call(
+        at = b.add(phases_at, b.mul(p, c64(PHASE_WORDS)))
+        phase, record = word(at), word(b.add(at, c64(1)))
+        here = fn.append_basic_block("phase.here")
+        away = fn.append_basic_block("phase.dispatched")
+        ran = fn.append_basic_block("ran")
+        b.cbranch(b.icmp_signed("==", record, c64(0)), here, away)
+        b.position_at_end(here)
+        code_here = b.call(
             kernel,
             [
                 buffers,
@@ -176,16 +202,31 @@ def define_checked_call(module: ir.Module) -> ir.Function:
                 phase,
                 c64(INT64_MIN),
                 c64(INT64_MAX),
-                ir.Constant(I8P, None),
+                workspace,
                 cancel,
             ],
         )
-        ran = fn.append_basic_block("ran")
-        b.cbranch(b.icmp_signed("!=", code, ir.Constant(I32, 0)), failed, ran)
+        here_end = b.block
+        b.branch(ran)
+        b.position_at_end(away)
+        dispatch = b.inttoptr(word(PLAN_DISPATCH), dispatch_ty.as_pointer())
+        code_away = b.call(dispatch, [b.inttoptr(record, I64P), buffers, b.bitcast(error, I8P)])
+        away_end = b.block
+        b.branch(ran)
         b.position_at_end(ran)
-    b.ret(c64(0))
-    b.position_at_end(failed)
-    b.ret(b.sext(code, I64))  # `failed` is entered only from the block that made `code`
+        code = b.phi(I32, name="code")
+        code.add_incoming(code_here, here_end)
+        code.add_incoming(code_away, away_end)
+        b.store(code, outcome)
+        go_on = fn.append_basic_block("phase.next")
+        b.cbranch(b.icmp_signed("!=", code, ir.Constant(I32, 0)), finish, go_on)
+        b.position_at_end(go_on)
+    b.branch(finish)
+    b.position_at_end(finish)
+    with b.if_then(lets_go):
+        b.call(b.inttoptr(restore, ir.FunctionType(ir.VoidType(), [I8P]).as_pointer()), [b.load(state)])
+    b.store_atomic(c64(0), busy, "release", 8)
+    b.ret(b.sext(b.load(outcome), I64))
     b.position_at_end(mismatch)
     b.ret(c64(-1))
     return fn

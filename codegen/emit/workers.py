@@ -33,6 +33,14 @@ I8P = I8.as_pointer()
 I32P = I32.as_pointer()
 I64P = I64.as_pointer()
 
+# the pool's header (before the slots), byte offsets: the running call's i32 cancel word, the
+# counter of a shared list of ranges, the word a dispatch holds the workers with (1: taken), and
+# the last generation posted to any slot
+POOL_CANCEL = 0
+SHARED_COUNTER_BYTE = 64
+POOL_BUSY = 80
+POOL_SEQ = 96
+
 SLOT_SEQ = 0
 SLOT_DONE = 64
 # i64: the last generation whose fate is settled: `g` the worker took it, `-g` the caller revoked
@@ -73,6 +81,8 @@ POST = "tl_worker_post"
 RUN = "tl_worker_run"
 WAIT = "tl_worker_wait"
 REVOKE = "tl_worker_revoke"
+TAKE = "tl_pool_take"
+GIVE = "tl_pool_give"
 
 
 def _word(b: ir.IRBuilder, slot, offset: int, ty: ir.Type = I64):
@@ -161,7 +171,9 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
       0 if the timeout passed first (the caller looks again after running signal handlers);
     * `i32 tl_worker_revoke(i8* slot, i64 seq)`: 1 if the worker had not taken generation `seq`
       and now never will (SLOT_CLAIM), 0 if it took it (the caller then waits for it). Only for
-      a piece that would find nothing left to do: another piece of its dispatch has returned.
+      a piece that would find nothing left to do: another piece of its dispatch has returned;
+    * `i32 tl_pool_take(i8* header)`, `void tl_pool_give(i8* header)`: hold the workers (1 if
+      this call got them) and let them go (POOL_BUSY), for Python's dispatches and native ones.
 
     `futex_nr` is the host's futex system call number, `cancelled` the code a piece returns when
     the cancel word is set."""
@@ -270,6 +282,16 @@ def define_workers(module: ir.Module, futex_nr: int, cancelled: int, x86: bool) 
     b.ret(ir.Constant(I32, 1))
     b.position_at_end(taken)
     b.ret(ir.Constant(I32, 0))
+
+    # -- holding the workers: POOL_BUSY ------------------------------------------------------------
+    take = define_function(module, TAKE, I32, [I8P], ["header"], linkage="external")
+    b = ir.IRBuilder(take.append_basic_block("entry"))
+    busy = _word(b, take.args[0], POOL_BUSY)
+    b.ret(b.zext(b.extract_value(b.cmpxchg(busy, c64(0), c64(1), "acq_rel", "monotonic"), 1), I32))
+    give = define_function(module, GIVE, ir.VoidType(), [I8P], ["header"], linkage="external")
+    b = ir.IRBuilder(give.append_basic_block("entry"))
+    b.store_atomic(c64(0), _word(b, give.args[0], POOL_BUSY), "release", 8)
+    b.ret_void()
 
     # -- a worker's loop -------------------------------------------------------------------------
     main = define_function(module, WORKER, I8P, [I8P], ["slot"], linkage="external")

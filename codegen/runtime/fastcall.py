@@ -55,6 +55,9 @@ class FastCall:
     input_dtypes: tuple[np.dtype, ...] = ()
     # (index, PYTHON_FLOAT or NUMPY_SCALAR) of each 0-d input given as a number, not an array
     scalars: tuple[tuple[int, str], ...] = ()
+    # the kernel's Options.thread_count: a signature whose phases split dispatches natively for
+    # the count it had when its NativeCall was made (nativecall.py), and asks again each call
+    thread_count: Callable[[], int] | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def native(self):
@@ -238,7 +241,14 @@ def scalar_as_array(value: object, dtype: np.dtype) -> np.ndarray | None:
     return array
 
 
-def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> FastCall | None:
+def for_call(
+    spec: Specialisation,
+    interface,
+    sizes,
+    shapes,
+    input_shapes,
+    thread_count: Callable[[], int] | None = None,
+) -> FastCall | None:
     """The FastCall of a call with these input shapes that just ran through the full path (None
     where it needs that path: see fast_call; also for `+=` without `!`, which warns or zeroes on
     every call)."""
@@ -264,8 +274,10 @@ def for_call(spec: Specialisation, interface, sizes, shapes, input_shapes) -> Fa
         described(interface.outputs),
         described(interface.temporaries),
     )
+    if fast is None:
+        return None
     scalars = tuple((i, shape) for i, shape in enumerate(input_shapes) if isinstance(shape, str))
-    return dataclasses.replace(fast, scalars=scalars) if fast is not None and scalars else fast
+    return dataclasses.replace(fast, scalars=scalars, thread_count=thread_count)
 
 
 _inline_error = threading.local()

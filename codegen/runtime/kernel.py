@@ -250,7 +250,7 @@ class Kernel:
         )
         key = None if keyword_sizes else fastcall.signature(inputs, self._input_dtypes)
         if key is not None and all(a is v for a, v in zip(arrays, inputs) if type(v) is np.ndarray):
-            fast = fastcall.for_call(spec, program, sizes, shapes, key)
+            fast = fastcall.for_call(spec, program, sizes, shapes, key, self.options.thread_count)
             with self._cache_lock:
                 if fast is not None and any(s is spec for s in self._cache.values()):  # not evicted
                     self._fast[key] = fast

@@ -24,13 +24,18 @@ import platform
 import struct
 import sys
 import threading
+import time
 
 import numpy as np
 
 from ..emit.workers import (
+    GIVE,
+    POOL_BUSY,
+    POOL_SEQ,
     POST,
     REVOKE,
     RUN,
+    SHARED_COUNTER_BYTE,
     SLOT_BYTES,
     SLOT_CODE,
     SLOT_CPU,
@@ -44,6 +49,7 @@ from ..emit.workers import (
     SLOT_PEERS,
     SLOT_RANGES,
     SLOT_SEQ,
+    TAKE,
     WAIT,
     WORKER,
 )
@@ -70,6 +76,7 @@ COMMON_LIST = 128
 HEADER_BYTES = 4096
 COMMON_PAIRS = (HEADER_BYTES - COMMON_LIST) // 16
 assert CANCEL_WORD == 0 and SHARED_COUNTER == 8 and COMMON_LIST >= 9 * _W  # run() clears words 0-8
+assert SHARED_COUNTER * _W == SHARED_COUNTER_BYTE and 9 * _W <= POOL_BUSY < POOL_SEQ < COMMON_LIST
 
 
 def _supported() -> int | None:
@@ -110,15 +117,22 @@ class _Code:
     takes ~0.1 s), loaded once per process and never freed."""
 
     def __init__(self, futex_nr: int):
+        from ..emit.dispatch import DISPATCH, define_dispatch
         from ..emit.workers import define_workers
         from ..lowering.jit import cached_functions
 
         x86 = platform.machine().lower() in ("x86_64", "amd64")
+
+        def define(module):
+            define_workers(module, futex_nr, ERROR_CANCELLED, x86)
+            functions = [module.globals[name] for name in (RUN, POST, WAIT, REVOKE)]
+            define_dispatch(module, *functions, ERROR_CANCELLED)
+
         self.engine, self.ref, address = cached_functions(
             "workers",
             {"futex": futex_nr, "cancelled": ERROR_CANCELLED, "x86": x86},
-            lambda module: define_workers(module, futex_nr, ERROR_CANCELLED, x86),
-            (WORKER, POST, RUN, WAIT, REVOKE),
+            define,
+            (WORKER, POST, RUN, WAIT, REVOKE, TAKE, GIVE, DISPATCH),
         )
         vp, i64 = ctypes.c_void_p, ctypes.c_int64
         self.worker = address[WORKER]
@@ -126,6 +140,9 @@ class _Code:
         self.run = ctypes.CFUNCTYPE(ctypes.c_int32, vp)(address[RUN])
         self.wait = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64, i64)(address[WAIT])
         self.revoke = ctypes.CFUNCTYPE(ctypes.c_int32, vp, i64)(address[REVOKE])
+        self.take = ctypes.CFUNCTYPE(ctypes.c_int32, vp)(address[TAKE])
+        self.give = ctypes.CFUNCTYPE(None, vp)(address[GIVE])
+        self.dispatch = address[DISPATCH]  # called from the native checked call (nativecall.py)
 
 
 _code: _Code | None = None
@@ -147,13 +164,35 @@ def _machine_code() -> _Code | None:
     return _code
 
 
+class _Busy:
+    """The pool's POOL_BUSY word as a lock (acquire, release): Python's dispatches and native
+    ones (nativecall.py) take it alike, so one call holds the workers at a time."""
+
+    def __init__(self, code, header: int):
+        self._code, self._header = code, header
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if self._code.take(self._header):
+            return True
+        if not blocking:
+            return False
+        deadline = None if timeout < 0 else time.monotonic() + timeout
+        while not self._code.take(self._header):
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.0005)
+        return True
+
+    def release(self) -> None:
+        self._code.give(self._header)
+
+
 class Pool:
     """Native workers and their slots (slot 0 is the calling thread's own, slot i > 0 worker
     i's); slots never move, since a worker keeps the address of its own."""
 
     def __init__(self, code: _Code):
         self.code = code
-        self.busy = threading.Lock()
         self._buf = np.zeros(HEADER_BYTES + (_MAX_WORKERS + 1) * SLOT_BYTES + 64, dtype=np.uint8)
         start = self._buf.ctypes.data
         self.header = (start + 63) // 64 * 64  # the call's cancel word, the shared counter
@@ -164,7 +203,26 @@ class Pool:
         self.mem = memoryview(self._buf)
         self._origin = start
         self.threads = 0  # workers started
-        self.seq = 0
+        self.busy = _Busy(code, self.header)
+        self._team_block: np.ndarray | None = None
+
+    def team_block(self) -> int:
+        """The address of a GEMM team's shared block that native dispatches (nativecall.py)
+        use: one for the pool, since one dispatch holds it at a time (POOL_BUSY)."""
+        from ..emit.gemm_team import gemm_team_bytes
+
+        if self._team_block is None:
+            self._team_block = np.zeros(gemm_team_bytes() + 64, dtype=np.uint8)
+        return (self._team_block.ctypes.data + 63) // 64 * 64
+
+    @property
+    def seq(self) -> int:
+        """The last generation posted (POOL_SEQ: native dispatches count on from it too)."""
+        return int(self.all_words[POOL_SEQ // _W])
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self.all_words[POOL_SEQ // _W] = value
 
     def slot(self, i: int) -> int:
         return self._base + i * SLOT_BYTES
@@ -330,10 +388,12 @@ def run(
                  pairs, count, counter, 0, cpu)  # fmt: skip
         pool.put(_PEERS, at + SLOT_PEERS, first, peers, 0, 0, 0)
     posted = []
+    seq = pool.seq
     for slot in range(1, len(pieces) + offset):
-        pool.seq += 1
-        pool.code.post(pool.slot(slot), pool.seq)
-        posted.append((slot, pool.seq))
+        seq += 1
+        pool.code.post(pool.slot(slot), seq)
+        posted.append((slot, seq))
+    pool.seq = seq
     try:
         codes = [pool.code.run(pool.slot(0))] if inline else []
         returned = inline  # a piece has returned: with `revocable`, all the work is taken

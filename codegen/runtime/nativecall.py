@@ -38,13 +38,18 @@ from ..emit.callentry import (
     MAX_RANK,
     NUMBER_VALUE,
     OB_TYPE,
+    PHASE_WORDS,
     PLAN_BUFFERS,
     PLAN_CANCEL,
+    PLAN_DISPATCH,
     PLAN_ENTRY,
     PLAN_INPUTS,
     PLAN_OUTPUTS,
     PLAN_PARAMS,
     PLAN_PHASES,
+    PLAN_RESTORE,
+    PLAN_SAVE,
+    PLAN_WORKSPACE,
     REC_DESCR,
     REC_FLAGS,
     REC_KIND,
@@ -57,6 +62,8 @@ from ..emit.callentry import (
     TUPLE_ITEMS,
     TUPLE_SIZE,
 )
+from . import native_pool
+from .dispatch_records import dispatch_records
 from .fastcall import NUMPY_SCALAR, PYTHON_FLOAT, inline_error_record
 from .parallel import _NEVER_ADDRESS
 
@@ -143,7 +150,7 @@ class _Code:
         from ..emit.callentry import define_checked_call
         from ..lowering.jit import cached_functions
 
-        parts = {"record_words": RECORD_WORDS, "header": HEADER_WORDS}
+        parts = {"record_words": RECORD_WORDS, "header": HEADER_WORDS, "phase_words": PHASE_WORDS}
         self.engine, self.ref, address = cached_functions(
             "checked-call", parts, define_checked_call, (CHECKED_CALL,)
         )
@@ -174,8 +181,21 @@ def _checked_call():
 class NativeCall:
     """One signature's plan and the native entry that checks a call against it and runs it."""
 
-    def __init__(self, fast, input_shapes: Sequence[tuple[int, ...]], input_dtypes: Sequence[np.dtype], call):
+    def __init__(
+        self,
+        fast,
+        input_shapes: Sequence[tuple[int, ...]],
+        input_dtypes: Sequence[np.dtype],
+        call,
+        dispatch=None,
+    ):
         spec = fast.spec
+        # a signature whose phases split: its records (dispatch_records.py), built for one
+        # thread count and one pool (a forked child has another: FastCall's path then)
+        self.dispatch = dispatch
+        self.threads = dispatch.threads if dispatch is not None else None
+        self.thread_count = fast.thread_count if dispatch is not None else None
+        self.pool = dispatch.pool if dispatch is not None else None
         self.fast = fast  # holds the machine code the plan points into
         self.call = call
         self.outputs = fast.outputs
@@ -193,7 +213,7 @@ class NativeCall:
             (slot, shape, dtype, C_CONTIGUOUS | ALIGNED | WRITEABLE, None)
             for slot, shape, dtype in fast.allocations
         ]
-        plan = np.zeros(HEADER_WORDS + RECORD_WORDS * len(tensors) + len(spec.plans), np.int64)
+        plan = np.zeros(HEADER_WORDS + RECORD_WORDS * len(tensors) + PHASE_WORDS * len(spec.plans), np.int64)
         plan[PLAN_ENTRY] = ctypes.cast(spec.code.entry, ctypes.c_void_p).value
         plan[PLAN_PARAMS] = spec.params_address
         plan[PLAN_CANCEL] = _NEVER_ADDRESS
@@ -213,13 +233,26 @@ class NativeCall:
             record[REC_SLOT] = slot
             record[REC_FLAGS] = flags
             record[REC_SHAPE : REC_SHAPE + len(shape)] = shape
-        plan[HEADER_WORDS + RECORD_WORDS * len(tensors) :] = [p.index for p in spec.plans]
+        phases = plan[HEADER_WORDS + RECORD_WORDS * len(tensors) :].reshape(-1, PHASE_WORDS)
+        phases[:, 0] = [p.index for p in spec.plans]
+        if dispatch is not None:
+            phases[:, 1] = dispatch.addresses
+            plan[PLAN_WORKSPACE] = dispatch.workspace
+            plan[PLAN_DISPATCH] = dispatch.pool.code.dispatch if dispatch.pool is not None else 0
+            # the GIL is let go while the phases run (the arrays stay referenced by the caller)
+            plan[PLAN_SAVE] = ctypes.cast(ctypes.pythonapi.PyEval_SaveThread, ctypes.c_void_p).value
+            plan[PLAN_RESTORE] = ctypes.cast(ctypes.pythonapi.PyEval_RestoreThread, ctypes.c_void_p).value
         self.plan = plan
         self.plan_address = plan.ctypes.data
 
     def run(self, inputs: tuple, out: object) -> tuple[int, np.ndarray, object] | None:
         """As FastCall.run: (code, error details, result), or None having run nothing when this
-        call is not of this signature or `out` is not one of the simple forms."""
+        call is not of this signature or `out` is not one of the simple forms (or, for a split
+        signature, the thread count or the process's pool changed, or another call of it runs)."""
+        if self.dispatch is not None and (
+            native_pool._pool is not self.pool or self.thread_count() != self.threads
+        ):
+            return None
         if out is None:
             if self.single:
                 shape, dtype = self.made[0]
@@ -271,10 +304,16 @@ def native_call(fast, input_shapes, input_dtypes) -> NativeCall | None:
     """The NativeCall of a FastCall, or None where it takes FastCall's path."""
     if (
         any(number_kind(number, input_dtypes[i]) is None for i, number in fast.scalars)
-        or not fast.inline
         or fast.buffer_count > MAX_BUFFERS
         or any(len(s) > MAX_RANK for s in (*input_shapes, *(a[1] for a in fast.allocations)))
     ):
         return None
+    dispatch = None
+    if not fast.inline:
+        if fast.thread_count is None:
+            return None
+        dispatch = dispatch_records(fast.spec, fast.thread_count())
+        if dispatch is None:
+            return None
     call = _checked_call()
-    return NativeCall(fast, input_shapes, input_dtypes, call) if call is not None else None
+    return NativeCall(fast, input_shapes, input_dtypes, call, dispatch) if call is not None else None

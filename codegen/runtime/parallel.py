@@ -288,7 +288,7 @@ class _Watch:
                 continue
 
 
-def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
+def piece_calls(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     """The calls one piece [lo, hi) of a phase is run as: one, or for a chunked phase as many
     as keep each near CHUNK_WORK instances (its generated code does not poll the cancel word)."""
     if not plan.chunked or plan.loop_range is None:
@@ -298,6 +298,16 @@ def _ranges(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     mine = -(-(hi - lo) // step)
     parts = -(-plan.work * mine // total // CHUNK_WORK)
     return chunks((lo, hi, step), parts)
+
+
+def dynamic_calls(plan: PhasePlan, threads: int) -> list[tuple[int, int]] | None:
+    """The calls a split phase's pieces take in turn from one shared list (from DYNAMIC_WORK: a
+    thread that starts late takes fewer), or None: each piece makes its own range's calls."""
+    pieces = chunks(plan.loop_range, threads)
+    parts = chunks(plan.loop_range, threads * DYNAMIC_PARTS)
+    if plan.work >= DYNAMIC_WORK and len(pieces) > 1 and len(parts) > len(pieces):
+        return [r for lo, hi in parts for r in piece_calls(plan, lo, hi)]
+    return None
 
 
 def worth_threads(plan: PhasePlan) -> bool:
@@ -341,6 +351,17 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
     """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
     for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
     its parts taken in turn let a thread that starts late take fewer."""
+    table = whole_call_plan(plans, threads)
+    if table is None or not _team_busy.acquire(blocking=False):
+        return None
+    block = _teams.take(threads, TEAM_LOOP_BYTES + table.nbytes)
+    _teams.views[block[1]][TEAM_LOOP_BYTES : TEAM_LOOP_BYTES + table.nbytes] = table.view(np.uint8)
+    return block, _team_busy
+
+
+def whole_call_plan(plans: tuple[PhasePlan, ...], threads: int):
+    """The whole-call team's table for these plans (teams.whole_call_table), made once, or None
+    when the call runs phase by phase."""
     # no table (and no hashing) beside a GEMM team, or a team whose private copies need the room
     if threads < 2 or any((p.team and not p.barriers) or p.private_bytes for p in plans):
         return None
@@ -360,11 +381,7 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
         if len(_tables) > 1024:
             _tables.clear()
         _tables[key] = table
-    if table is None or not _team_busy.acquire(blocking=False):
-        return None
-    block = _teams.take(threads, TEAM_LOOP_BYTES + table.nbytes)
-    _teams.views[block[1]][TEAM_LOOP_BYTES : TEAM_LOOP_BYTES + table.nbytes] = table.view(np.uint8)
-    return block, _team_busy
+    return table
 
 
 def _run_phases(
@@ -407,9 +424,9 @@ def _run_phases(
                 pieces = [(team[1], 0)] * threads
             elif plan.loop_range is not None:
                 pieces = chunks(plan.loop_range, threads)
-                parts = chunks(plan.loop_range, threads * DYNAMIC_PARTS)
-                if plan.work >= DYNAMIC_WORK and len(pieces) > 1 and len(parts) > len(pieces):
-                    claims = _Claims([r for lo, hi in parts for r in _ranges(plan, lo, hi)])
+                shared_calls = dynamic_calls(plan, threads)
+                if shared_calls is not None:
+                    claims = _Claims(shared_calls)
         if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
             cancel = watch.address if watch is not None else _NEVER_ADDRESS
@@ -423,7 +440,8 @@ def _run_phases(
                 leased.extend(workspaces.lease(len(pieces) - len(leased)))
             try:
                 jobs = [
-                    (buffers_for(ws), ws, _ranges(plan, lo, hi)) for (lo, hi), (_, ws) in zip(pieces, leased)
+                    (buffers_for(ws), ws, piece_calls(plan, lo, hi))
+                    for (lo, hi), (_, ws) in zip(pieces, leased)
                 ]
                 shared = claims.parts if claims is not None else None
                 start = time.perf_counter()
@@ -464,7 +482,7 @@ def _run_phases(
         try:
             jobs = [
                 (entry, (buffers_for(ws), params, err.ctypes.data, plan.index, lo, hi, ws, watch.address),
-                 claims if claims is not None else _ranges(plan, lo, hi))
+                 claims if claims is not None else piece_calls(plan, lo, hi))
                 for err, lo, hi, ws in calls
             ]  # fmt: skip
             here = _current_cpu() if inline else -1

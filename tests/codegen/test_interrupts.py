@@ -265,11 +265,11 @@ def test_chunked_phase_runs_in_chunks_and_stops_between_them():
     """A split loop with nothing nested does not poll in its code: the runtime runs it in chunks
     of about CHUNK_WORK instances and checks the cancel word between them."""
     from codegen.planning.plan import PhasePlan
-    from codegen.runtime.parallel import CHUNK_WORK, _ranges
+    from codegen.runtime.parallel import CHUNK_WORK, piece_calls
 
     plan = PhasePlan(0, (0, 10 * CHUNK_WORK + 7, 1), 10 * CHUNK_WORK + 7, chunked=True)
-    ranges = _ranges(plan, 0, 10 * CHUNK_WORK + 7)
+    ranges = piece_calls(plan, 0, 10 * CHUNK_WORK + 7)
     assert len(ranges) == 11 and ranges[0][0] == 0 and ranges[-1][1] == 10 * CHUNK_WORK + 7
     assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))  # contiguous, no gap or overlap
-    assert _ranges(PhasePlan(0, (0, 100, 1), 100, chunked=True), 0, 100) == [(0, 100)]
-    assert _ranges(PhasePlan(0, (0, 100, 1), 1 << 40), 0, 100) == [(0, 100)]  # not chunked
+    assert piece_calls(PhasePlan(0, (0, 100, 1), 100, chunked=True), 0, 100) == [(0, 100)]
+    assert piece_calls(PhasePlan(0, (0, 100, 1), 1 << 40), 0, 100) == [(0, 100)]  # not chunked

@@ -28,7 +28,7 @@ def captured(run_phases_calls):
 _POOLS: list = []  # as the runtime's own pool, the pools made here outlive their workers
 
 
-def _ranges(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+def piece_calls(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
     bounds = [lo + (hi - lo) * p // parts for p in range(parts + 1)]
     return [(bounds[p], bounds[p + 1]) for p in range(parts)]
 
@@ -43,7 +43,7 @@ def test_every_range_runs_once(captured, parts, shared):
     assert pool.reserve(1)
     try:
         (_, ws), (_, ws2) = seen["workspaces"].lease(2)
-        first, second = _ranges(0, 1001, parts), _ranges(1001, 2003, parts)
+        first, second = piece_calls(0, 1001, parts), piece_calls(1001, 2003, parts)
         pieces = [(seen["buffers_for"](ws), ws, first), (seen["buffers_for"](ws2), ws2, second)]
         for _ in range(3):  # slots reused call after call
             out[:] = np.nan
