@@ -2,9 +2,8 @@
 
 The JIT-compiled entry runs one phase at a time, optionally restricted to iterations [lo, hi) of
 the phase's parallel outer loop. A phase's pieces go to native worker threads
-(runtime/native_pool.py: a few microseconds a dispatch, no Python on the workers) when no other
-call holds them; otherwise to a plain Python thread pool (ctypes releases the GIL for the call;
-tens of microseconds a dispatch). Phases with little work run serially.
+(runtime/native_pool.py) when no other call holds them, else to a Python thread pool (tens of
+microseconds a dispatch). Phases with little work run serially.
 
 Interrupts: no call outlives its memory. Every call that puts work on pool threads has a cancel
 word that the generated code polls once per iteration of each phase's outermost loop (and the GEMM
@@ -26,9 +25,7 @@ busy (another Python thread's team) runs phase by phase, its loop-team phases on
 thread that leaves early (an error, the cancel word) raises the team's abort word, and the others
 stop waiting too.
 
-Fork: the pool's threads do not survive fork(); a forked child starts with no pool and fresh locks
-(`os.register_at_fork`), so kernels work in children of the `fork`, `spawn` and `forkserver`
-start methods alike.
+Fork: a forked child starts with no pool and fresh locks (`os.register_at_fork`).
 """
 
 from __future__ import annotations
@@ -123,8 +120,7 @@ def _serial_executor() -> ThreadPoolExecutor:
         return _serial_pool
 
 
-# objects with locks (kernels, workspaces) that a forked child must not inherit held
-_fork_renewed: weakref.WeakSet = weakref.WeakSet()
+_fork_renewed: weakref.WeakSet = weakref.WeakSet()  # objects with locks a forked child renews
 
 
 def renew_after_fork(obj) -> None:
@@ -348,9 +344,7 @@ _tables: dict = {}  # (plans, threads) → whole_call_table's answer
 
 
 def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
-    """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None. Not
-    for a call with a split phase of DYNAMIC_WORK or more: a dispatch is little next to it, and
-    its parts taken in turn let a thread that starts late take fewer."""
+    """(shared block, _team_busy held) for a whole-call team (runtime/teams.py), or None."""
     table = whole_call_plan(plans, threads)
     if table is None or not _team_busy.acquire(blocking=False):
         return None
@@ -361,8 +355,9 @@ def _whole_call(plans: tuple[PhasePlan, ...], threads: int):
 
 def whole_call_plan(plans: tuple[PhasePlan, ...], threads: int):
     """The whole-call team's table for these plans (teams.whole_call_table), made once, or None
-    when the call runs phase by phase."""
-    # no table (and no hashing) beside a GEMM team, or a team whose private copies need the room
+    when the call runs phase by phase: beside a GEMM team, a team whose private copies need the
+    room, or a split phase of DYNAMIC_WORK or more (a dispatch is little next to it, and its
+    parts taken in turn let a thread that starts late take fewer)."""
     if threads < 2 or any((p.team and not p.barriers) or p.private_bytes for p in plans):
         return None
     key = (plans, threads)
