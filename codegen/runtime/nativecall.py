@@ -250,7 +250,8 @@ class NativeCall:
         call is not of this signature or `out` is not one of the simple forms (or, for a split
         signature, the thread count or the process's pool changed, or another call of it runs)."""
         if self.dispatch is not None and (
-            native_pool._pool is not self.pool or self.thread_count() != self.threads
+            (self.pool is not None and native_pool._pool is not self.pool)
+            or self.thread_count() != self.threads
         ):
             return None
         if out is None:

@@ -182,3 +182,21 @@ def test_a_forked_child_does_not_use_the_parents_workers(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, TENSORLANG_CACHE_DIR=str(tmp_path)))  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_a_one_thread_signature_with_scratch_runs_natively_beside_a_pool(everything_splits):
+    """A 1-thread GEMM (a workspace, so not inline) has records but no workers: it runs natively
+    whether or not another kernel has started the pool (it used to compare against the pool and
+    fall back to the Python path on every call once one existed)."""
+    A, B = _inputs([(67, 45), (45, 33)])
+    two = tl.compile(MM, options=tl.Options(threads=2))
+    for _ in range(3):
+        two(A, B)
+    assert native_pool._pool is not None
+    one = tl.compile(MM, options=tl.Options(threads=1))
+    for _ in range(3):
+        want = one(A, B)
+    native = one._native.native
+    assert native.dispatch is not None and native.pool is None
+    code, _, got = native.run((A, B), None)
+    assert code == 0 and np.array_equal(got, want)
