@@ -1,17 +1,21 @@
-"""runtime: a specialisation's large temporaries → one set of buffers kept for its next call, instead of fresh pages at every call."""
+"""runtime: a specialisation's large temporaries → one set of buffers, each in a mapping of its own, kept for its next call."""
 
 from __future__ import annotations
 
+import mmap
 import threading
 
 import numpy as np
 
-# A temporary of this many bytes or more is kept between calls. glibc maps an allocation this
-# large afresh each time (32 MiB is the ceiling of its mmap threshold) and returns it to the
-# system when it is freed: every call then faults its pages in again and the system zeroes them
-# (NumPy asks for huge pages: 2 MiB zeroed per fault). heat-3d 256³ folds B to 2 planes of 64 MiB:
-# 134 MB zeroed per call. Smaller temporaries come back from glibc's heap without faults.
-KEEP_BYTES = 32 << 20
+# A temporary of this many bytes or more is kept between calls, in an anonymous mapping of its
+# own (page-aligned, huge pages asked for). Per call, glibc either maps an allocation afresh
+# (above its mmap threshold: every call faults its pages in and the system zeroes them; heat-3d
+# 256³ folds B to 2 planes of 64 MiB, 134 MB zeroed a call) or, once its threshold has risen
+# past the size, hands out memory of its brk heap, where the same kernel ran 1.6-1.8x slower:
+# heat-3d 120³ T=50 (B 2 planes of 7 MiB) 19.9-22.4 ms a call on one thread from the heap,
+# 11.4-12.9 ms from a mapping of its own, in the same process; which one a call got depended on
+# what the process had freed before (README, *Large temporaries are kept between calls*).
+KEEP_BYTES = 4 << 20
 
 
 class Scratch:
@@ -58,4 +62,16 @@ def buffer(
         if zeroed:
             old.fill(0)
         return old
-    return (np.zeros if zeroed else np.empty)(shape, dtype=dtype)
+    return mapped(shape, np.dtype(dtype))
+
+
+def mapped(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zeroed array in a private anonymous mapping of its own (unmapped when the array and its
+    views are gone), huge pages asked for where the system has them; np.zeros elsewhere."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0 or not hasattr(mmap, "MAP_PRIVATE"):
+        return np.zeros(shape, dtype=dtype)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        region.madvise(mmap.MADV_HUGEPAGE)
+    return np.frombuffer(region, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)
