@@ -71,7 +71,13 @@ def mapped(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes == 0 or not hasattr(mmap, "MAP_PRIVATE"):
         return np.zeros(shape, dtype=dtype)
-    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:  # no mapping to be had (address space, a limit): NumPy's answer, MemoryError
+        return np.zeros(shape, dtype=dtype)
     if hasattr(mmap, "MADV_HUGEPAGE"):
-        region.madvise(mmap.MADV_HUGEPAGE)
+        try:
+            region.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # a kernel built without transparent huge pages: plain pages
+            pass
     return np.frombuffer(region, dtype=dtype, count=nbytes // dtype.itemsize).reshape(shape)

@@ -146,3 +146,12 @@ def test_mapped_memory_is_zeroed_writable_and_private_to_a_forked_child():
     assert a.sum() == 1.5
     empty = scratch.mapped((0, 4), np.dtype(np.float32))
     assert empty.shape == (0, 4)
+
+
+def test_mapped_falls_back_to_numpy_when_no_mapping_can_be_made(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(scratch.mmap, "mmap", refuse)
+    a = scratch.mapped((3, 4), np.dtype(np.float32))
+    assert a.shape == (3, 4) and a.dtype == np.float32 and not a.any()
