@@ -12,7 +12,7 @@ import numpy as np
 # (above its mmap threshold: every call faults its pages in and the system zeroes them; heat-3d
 # 256³ folds B to 2 planes of 64 MiB, 134 MB zeroed a call) or, once its threshold has risen
 # past the size, hands out memory of its brk heap, where the same kernel ran 1.6-1.8x slower:
-# heat-3d 120³ T=50 (B 2 planes of 7 MiB) 19.9-22.4 ms a call on one thread from the heap,
+# heat-3d 120³ T=50 (B 2 planes of 7 MiB) 19.8-22.4 ms a call on one thread from the heap,
 # 11.4-12.9 ms from a mapping of its own, in the same process; which one a call got depended on
 # what the process had freed before (README, *Large temporaries are kept between calls*).
 KEEP_BYTES = 4 << 20
