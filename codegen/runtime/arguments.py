@@ -13,6 +13,7 @@ import numpy as np
 from tensorlang.errors import ArgumentError
 
 from ..interop import dlpack
+from .messages import sizes_text
 
 if TYPE_CHECKING:  # calls read the Interface (runtime/interface.py), which has ir's shape
     from tensorlang import ir
@@ -267,6 +268,30 @@ def physical_memory_bytes() -> int | None:
         return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
         return None
+
+
+def shapes_for_sizes(name: str, program, requirements, shape_fns, sizes: Mapping[str, int]) -> dict:
+    """Each output's and temporary's shape for these sizes, after the call-time requirements
+    (each an (evaluate, requirement) pair, 0 when it holds) and the allocation limits."""
+    for evaluate, requirement in requirements:
+        value = evaluate(sizes)
+        if value != 0:
+            where = f" (line {requirement.span.line})" if requirement.span is not None else ""
+            raise ArgumentError(
+                f"{name}: with {sizes_text(sizes)}, {requirement.message}{where}; here it is {value}"
+            )
+    shapes = {}
+    for t in program.outputs + program.temporaries:
+        shape = tuple(fn(sizes) for fn in shape_fns[t.name])
+        for d, extent in enumerate(shape):
+            if extent < 0:
+                raise ArgumentError(
+                    f"{name}: {t.role} {t.name} dimension {d} would have negative size {extent} "
+                    f"({t.shape[d]} with {sizes_text(sizes)})"
+                )
+        shapes[t.name] = shape
+    check_allocation_sizes(program, shapes, sizes_text(sizes))
+    return shapes
 
 
 def check_allocation_sizes(

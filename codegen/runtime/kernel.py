@@ -97,6 +97,8 @@ class Kernel:
         self._warm_objects: dict[str, MachineCode] = {}  # generic code shared by call records
         # per set of sizes, least recently called first; at most options.max_specializations each
         self._cache: OrderedDict[tuple[int, ...], Specialisation] = OrderedDict()
+        # the key a fast call last moved to _cache's end (no move while it is; other moves forget it)
+        self._newest: tuple[int, ...] | None = None
         self._shape_cache: OrderedDict[tuple[int, ...], dict[str, tuple[int, ...]]] = OrderedDict()
         self._reschedules: dict[tuple, Schedule] = {}  # schedules after contraction planning
         self._tuned: dict[tuple[int, ...], tuple | None] = {}  # sizes → tuning record (see _tuned_options)
@@ -185,9 +187,11 @@ class Kernel:
             ran = fast.run(inputs, out, self.options.thread_count) if fast is not None else None
             self._native = fast if ran is not None and fast.native is not None else self._native
         if ran is not None:  # a signature that passed every check before: few steps
-            with self._cache_lock:  # a call keeps its machine code the most recently used
-                if fast.sizes in self._cache:
-                    self._cache.move_to_end(fast.sizes)
+            if fast.sizes is not self._newest:  # a call keeps its machine code the most recently used
+                with self._cache_lock:
+                    if fast.sizes in self._cache:
+                        self._cache.move_to_end(fast.sizes)
+                        self._newest = fast.sizes
             code, error, result = ran
             if code != 0:
                 raise self._runtime_error(int(code), error)
@@ -283,6 +287,7 @@ class Kernel:
             value = cache.get(key)
             if value is not None:
                 cache.move_to_end(key)
+                self._newest = None
             return value
 
     def _remember(self, cache: OrderedDict, key: tuple[int, ...], value) -> None:
@@ -290,6 +295,7 @@ class Kernel:
         evicted Specialisation's machine code is freed when the last call using it lets go of it."""
         cache[key] = value
         cache.move_to_end(key)
+        self._newest = None
         while len(cache) > self.options.max_specializations:
             _, evicted = cache.popitem(last=False)
             # a fast path must not keep evicted machine code alive (called with the lock held)
@@ -297,25 +303,7 @@ class Kernel:
             self._native = None
 
     def _compute_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
-        for evaluate, requirement in self._requirements:
-            value = evaluate(sizes)
-            if value != 0:
-                where = f" (line {requirement.span.line})" if requirement.span is not None else ""
-                raise ArgumentError(
-                    f"{self.name}: with {messages.sizes_text(sizes)}, {requirement.message}{where}; here it is {value}"
-                )
-        shapes = {}
-        for t in self.program.outputs + self.program.temporaries:
-            shape = tuple(fn(sizes) for fn in self._shape_fns[t.name])
-            for d, extent in enumerate(shape):
-                if extent < 0:
-                    raise ArgumentError(
-                        f"{self.name}: {t.role} {t.name} dimension {d} would have negative size {extent} "
-                        f"({t.shape[d]} with {messages.sizes_text(sizes)})"
-                    )
-            shapes[t.name] = shape
-        args_.check_allocation_sizes(self.program, shapes, messages.sizes_text(sizes))
-        return shapes
+        return args_.shapes_for_sizes(self.name, self.program, self._requirements, self._shape_fns, sizes)
 
     def _run(self, spec: Specialisation, storage: dict[str, np.ndarray], buffers) -> None:
         # contracted temporaries have no storage of their own: their slots point into a workspace

@@ -112,6 +112,45 @@ def test_eviction_forgets_the_native_call():
         assert k._native is None or k._native.spec in k._cache.values()
 
 
+def test_most_recently_called_survives_eviction_with_fast_calls_between():
+    # fast calls skip the cache lock while their sizes are already the newest; a full call of
+    # other sizes must make the next fast call move its sizes to the end again
+    k = tl.compile(SCALE, options=tl.Options(max_specializations=2))
+    b = np.arange(3, dtype=np.float32)
+
+    def call(rows):
+        a = np.full((rows, 3), rows, np.float32)
+        np.testing.assert_array_equal(k(a, b), a * b)
+
+    for rows in (2, 2, 2, 5, 2, 2):  # 2 is the newest again, through fast calls only
+        call(rows)
+    call(7)  # evicts the least recently used: 5
+    assert sorted(key[0] for key in k._cache) == [2, 7]
+    count = k.compile_count
+    call(2)
+    assert k.compile_count == count
+
+
+def test_the_python_entry_refuses_arguments_it_does_not_take():
+    k = tl.compile(SCALE)
+    a, b = np.ones((2, 3), np.float32), np.arange(3, dtype=np.float32)
+    k(a, b)
+    k(a, b)
+    entry = k._native.native.call
+    out = np.zeros((2, 3), np.float32)
+    error = fastcall.inline_error_record()[0]
+    assert type(entry).__name__ == "builtin_function_or_method"
+    # the wrong count, types that are not tuples and an error record that is not an array: -1,
+    # having run nothing
+    for args in ((), ((a, b),), ((a, b), (out,)), ([a, b], (out,), error), ((a, b), [out], error),
+                 ((a, b), (out,), error.tolist()), ((a, b), (out,), error, error)):  # fmt: skip
+        assert entry(*args) == -1
+        assert not out.any()
+    assert entry((a, b), (out,), error) == 0
+    np.testing.assert_array_equal(out, a * b)
+    assert entry((b, a), (out,), error) == -1  # another signature
+
+
 def test_without_the_native_entry_the_python_fast_path_serves(monkeypatch):
     monkeypatch.setattr(nativecall, "_checked_call", lambda: None)
     k = tl.compile(SCALE)
