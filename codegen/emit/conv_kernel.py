@@ -144,35 +144,6 @@ def _offset(b: ir.IRBuilder, ivs, strides) -> ir.Value:
     return total
 
 
-def define_pack(module: ir.Module, name: str, g: ConvGeometry) -> ir.Function:
-    """`pack(w, wp)`: wp[groups][fb][taps][u][lane] = w[groups, f = fb·lanes + lane, taps, u], 0 past
-    the last f."""
-    tp = g.element.as_pointer()
-    fn = define_function(module, name, ir.VoidType(), [tp, tp], ["w", "wp"])
-    w, wp = fn.args
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    counts = (*g.groups, g.f_blocks, *g.taps, g.window, g.lanes)
-    ngroups = len(g.groups)
-
-    def body(ivs, _):
-        groups, (fb, *taps, u, lane) = ivs[:ngroups], ivs[ngroups:]
-        f = b.add(b.mul(fb, c64(g.lanes)), lane)
-        src = b.add(b.mul(f, c64(g.wt_f)), b.add(_offset(b, taps, g.wt_taps), b.mul(u, c64(g.wt_u))))
-        src = b.add(src, _offset(b, groups, g.wt_groups))
-        inside = b.icmp_signed("<", f, c64(g.channels))
-        safe = b.select(inside, src, c64(0))  # the padding lanes read w[0] and store zero
-        value = b.select(inside, load(b, gep(b, w, safe), g.itemsize), ir.Constant(g.element, 0.0))
-        dst = c64(0)
-        for i, count in zip(ivs, counts):
-            dst = b.add(b.mul(dst, c64(count)), i)
-        store(b, value, gep(b, wp, dst), g.itemsize)
-        return []
-
-    _nest(b, counts, [], body)
-    b.ret_void()
-    return fn
-
-
 class _Block:
     """The code of one register block: `fvalid` channels × `rx` positions at (fb, x0)."""
 
@@ -312,7 +283,7 @@ def _pairs(g: ConvGeometry, x0: int, rx: int) -> frozenset:
 
 def define_conv(module: ir.Module, name: str, g: ConvGeometry, overwrite: bool = False) -> ir.Function:
     """`conv(i, wp, o)`: O[f, x] += Σ I·W over every f, x and tap, with i, o at the first f, x
-    and taps of the current outer point and wp the packed filter (`define_pack`). `overwrite`:
+    and taps of the current outer point and wp the packed filter (conv_pack.define_pack). `overwrite`:
     O = Σ I·W (O's zeroing folded into the call: its old values are not read)."""
     tp = g.element.as_pointer()
     names = ["i", "wp", "o", *(f"outer{k}" for k in range(g.outer))]

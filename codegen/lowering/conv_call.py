@@ -1,6 +1,7 @@
 """lowering: a statement's ConvPlan → one call of its direct-convolution kernel at the current outer point.
 
-The kernel and its filter packing are defined once per module (codegen/emit/conv_kernel.py).
+The kernel and its filter packing are defined once per module (codegen/emit/conv_kernel.py,
+conv_pack.py).
 The packing runs once per call of the phase function that holds the convolution, at its entry,
 into this thread's workspace: the filter is relaid out on every kernel call (a few hundred KiB at
 most, against the convolution's own work), so a filter changed between calls is always seen.
@@ -16,7 +17,8 @@ from tensorlang.dtypes import ScalarType
 from tensorlang.errors import InternalError
 
 from ..emit import values as V
-from ..emit.conv_kernel import ConvGeometry, define_conv, define_pack
+from ..emit.conv_kernel import ConvGeometry, define_conv
+from ..emit.conv_pack import define_pack
 from ..planning.plan import Extent
 from .conv_generic_call import emit_generic_conv_call
 
