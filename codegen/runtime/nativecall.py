@@ -90,11 +90,10 @@ class _MethodDef(ctypes.Structure):
 
 
 def _new_function():
-    """PyCFunction_NewEx(def, self, module) → a new builtin function object."""
-    new = ctypes.pythonapi.PyCFunction_NewEx
-    new.restype = ctypes.py_object
-    new.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
-    return new
+    """PyCFunction_NewEx(def, self, module) → a new builtin function object (a prototype of our
+    own: ctypes.pythonapi's function objects are shared with every other user of ctypes)."""
+    prototype = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p)
+    return prototype(("PyCFunction_NewEx", ctypes.pythonapi))
 
 
 def _address(obj: object) -> int:
