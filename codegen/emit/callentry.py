@@ -16,8 +16,8 @@ an i64 array built per signature:
   run it on the calling thread.
 
 Python calls it through `tl_checked_call_python`, a METH_FASTCALL function bound to the plan
-array as a builtin (runtime/nativecall.py): a call costs what calling `len` costs, where a
-ctypes call of the same entry cost 0.35 µs, a quarter of a small kernel's whole cached call.
+array as a builtin (runtime/nativecall.py): 0.04 µs a call (an 8-element add), where a ctypes
+call of the same entry cost 0.35 µs, a quarter of a small kernel's whole cached call then.
 
 It answers -1, having run nothing, when an object differs from its record in any way (type,
 descriptor, rank, shape, flags) or an output's memory meets an input's or an earlier output's:

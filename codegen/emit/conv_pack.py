@@ -57,10 +57,7 @@ def _pack_by_elements(b: ir.IRBuilder, g: ConvGeometry, w, wp) -> None:
         inside = b.icmp_signed("<", f, c64(g.channels))
         safe = b.select(inside, src, c64(0))  # the padding lanes read w[0] and store zero
         value = b.select(inside, load(b, gep(b, w, safe), g.itemsize), ir.Constant(g.element, 0.0))
-        dst = c64(0)
-        for i, count in zip(ivs, counts):
-            dst = b.add(b.mul(dst, c64(count)), i)
-        store(b, value, gep(b, wp, dst), g.itemsize)
+        store(b, value, gep(b, wp, _flat(b, ivs, counts)), g.itemsize)
         return []
 
     _nest(b, counts, [], body)
@@ -76,8 +73,9 @@ def _pack_by_transposes(module: ir.Module, b: ir.IRBuilder, g: ConvGeometry, w, 
     zero = ir.Constant(vty, None)
     whole, rest = divmod(run, lanes)
 
-    def columns(src, dst, valid: int, first, width: int) -> None:
-        """Columns first .. first + width of a block whose first `valid` rows are channels."""
+    def columns(src, dst, valid: int, first, width: int) -> list:
+        """Columns first .. first + width of a block whose first `valid` rows are channels
+        (no values carried: `counted`'s body)."""
         rows = []
         for r in range(lanes):
             if r >= valid:
@@ -92,12 +90,11 @@ def _pack_by_transposes(module: ir.Module, b: ir.IRBuilder, g: ConvGeometry, w, 
         for i, column in enumerate(_transpose(b, rows)[:width]):
             at = gep(b, dst, b.mul(b.add(first, c64(i)), c64(lanes)))
             store(b, column, b.bitcast(at, vty.as_pointer()), g.itemsize)
+        return []
 
     def block(src, dst, valid: int) -> None:
         if whole:
-            counted(
-                b, whole, [], lambda q, _: columns(src, dst, valid, b.mul(q, c64(lanes)), lanes) or [], "col"
-            )
+            counted(b, whole, [], lambda q, _: columns(src, dst, valid, b.mul(q, c64(lanes)), lanes), "col")
         if rest:
             columns(src, dst, valid, c64(whole * lanes), rest)
 

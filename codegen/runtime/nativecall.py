@@ -5,7 +5,7 @@ still checks each array in Python and calls the kernel through ctypes once per p
 5 µs for an 8-element add. Here the checks and the phases run in `tl_checked_call`
 (emit/callentry.py), compiled once per process (from the disk cache when it is there), against a
 plan of the signature built once; Python only picks the output arrays and calls a builtin
-function bound to the plan (`tl_checked_call_python`, METH_FASTCALL: ~0.05 µs, where a ctypes
+function bound to the plan (`tl_checked_call_python`, METH_FASTCALL: ~0.04 µs, where a ctypes
 call cost 0.35 µs).
 
 The native code reads CPython tuples and NumPy arrays at fixed offsets. Before it is ever used,
