@@ -199,3 +199,22 @@ def test_stencils_quick(tmp_path):
     assert md.startswith("# ") and all(n in md for n in names)
     if HAVE_MATPLOTLIB:
         assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stencils_c_limit_quick(tmp_path):
+    """jacobi-2d's recurrence against its own schedule in hand-written AVX-512 C: the script
+    exits 1 unless the C result equals tensorlang's bit for bit (67x71, T=3 and 9: rows that are
+    not whole vectors, a last time tile of one step); without a C compiler or AVX-512 it says why
+    and writes nothing."""
+    proc = _run_quick(PAPERS / "2026-11-stencils" / "c_limit.py", tmp_path)
+    if "c_limit: skipped:" in proc.stdout:
+        assert not (tmp_path / "results.json").exists()
+        pytest.skip(proc.stdout.strip().splitlines()[-1])
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "2026-11-stencils/c_limit" and results["mode"] == "quick"
+    tl_row, c_row, bound = results["rows"]
+    assert tl_row["implementation"] == "tensorlang recurrence" and c_row["implementation"].startswith("C")
+    assert all(row["step_gflops"] is None or row["step_gflops"] > 0 for row in results["rows"])
+    assert bound["step_s"] > 0 and tl_row["call_s"] > 0 and c_row["call_s"] > 0
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# ") and "tensorlang recurrence" in md and "rows in L1" in md
