@@ -6,12 +6,12 @@ process: tensorlang's recurrence (`k(A, T=T, out=O)`), c_reference/jacobi2d_avx5
 parallelogram tiles, steps grouped by four, two planes, aligned vectors with `valignd`
 neighbours; built here with the system's C compiler), and that C file's row loop on rows that stay
 in L1 (the update's own bound on this core). Each runs at two step counts, so a call splits into
-time per step and a fixed part (tensorlang's copies of A into the first plane and of the last
-plane into O, argument checks). The C result must equal tensorlang's bit for bit (same order of
+time per step and the rest (for tensorlang: the copies of A into the first plane and of the last
+plane into O, the call path, whatever else a call does once). The C result must equal tensorlang's bit for bit (same order of
 additions). Needs gcc or cc and an AVX-512 host; says why and exits 0 where either is missing.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE flock /tmp/tl_bench.lock \\
-        .venv/bin/python papers/2026-11-stencils/c_limit.py              # ~20 s; results/c_limit/
+        .venv/bin/python papers/2026-11-stencils/c_limit.py              # results/c_limit/
 """
 
 from __future__ import annotations
@@ -42,10 +42,15 @@ QUESTION = (
 TILE_STEPS, TILE_ROWS, JAM_STEPS = 16, 32, 4
 
 
+def compiler() -> str | None:
+    """$CC (default gcc) when on PATH, else cc, else None."""
+    return next((c for c in (os.environ.get("CC", "gcc"), "cc") if shutil.which(c)), None)
+
+
 def why_not() -> str | None:
     """Why the C reference cannot run here, or None."""
-    if shutil.which(os.environ.get("CC", "gcc")) is None and shutil.which("cc") is None:
-        return "no C compiler (gcc or cc) on PATH"
+    if compiler() is None:
+        return "no C compiler ($CC, gcc or cc) on PATH"
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -56,10 +61,9 @@ def why_not() -> str | None:
 
 
 def build(folder: Path) -> ctypes.CDLL:
-    cc = os.environ.get("CC", "gcc") if shutil.which(os.environ.get("CC", "gcc")) else "cc"
     library = folder / "jacobi2d_avx512.so"
     subprocess.run(
-        [cc, "-O2", "-march=native", "-shared", "-fPIC", str(SOURCE), "-o", str(library)], check=True
+        [compiler(), "-O2", "-march=native", "-shared", "-fPIC", str(SOURCE), "-o", str(library)], check=True
     )
     lib = ctypes.CDLL(str(library))
     lib.ref_init.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p]
@@ -80,6 +84,8 @@ def main() -> None:
     if a.quick:
         a.size, a.steps = "67x71", "3,9"
     n, m = (int(x) for x in a.size.split("x"))
+    if n < 3 or m < 3:  # no interior point: nothing to time per step
+        raise SystemExit(f"c_limit: --size {a.size}: both sides must be at least 3")
     short, long_ = (int(x) for x in a.steps.split(","))
     repeats = a.repeats or (3 if a.quick else 15)
     print(pb.env_note(), flush=True)
