@@ -96,9 +96,9 @@ def run_phases_calls(monkeypatch) -> dict:
     seen: dict = {}
     real = kernel_module.run_phases
 
-    def spy(entry, buffers_for, params, plans, threads, workspaces):
+    def spy(entry, buffers_for, params, plans, threads, workspaces, clock=None):
         seen.update(entry=entry, buffers_for=buffers_for, params=params, plans=plans, workspaces=workspaces)
-        return real(entry, buffers_for, params, plans, threads, workspaces)
+        return real(entry, buffers_for, params, plans, threads, workspaces, clock)
 
     monkeypatch.setattr(kernel_module, "run_phases", spy)
     return seen

@@ -124,6 +124,7 @@ class FastCall:
                 spec.plans,
                 threads(),
                 spec.workspaces,
+                spec.clock,
             )
         self._pointer_arrays.append((pointers, pointers_address))
         result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])

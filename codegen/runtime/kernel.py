@@ -47,8 +47,9 @@ class Kernel:
     """A compiled def. Call it with the inputs (NumPy arrays) in the def's order.
 
     Ctrl-C during a call raises KeyboardInterrupt only once no thread runs the kernel any more,
-    a millisecond or two after the signal for long calls; a short call (below parallel.WATCHED_WORK,
-    run on the calling thread) delivers it when it returns (codegen/runtime/parallel.py). No result is returned; an `out=` array the
+    a millisecond or two after the signal for long calls; a short call (below parallel.WATCHED_WORK
+    instances, or one whose sizes' last call took under parallel.WATCH_AFTER_S: run on the
+    calling thread) delivers it when it returns (codegen/runtime/parallel.py). No result is returned; an `out=` array the
     kernel writes in place (one usable directly) may then hold a partial result, one it
     would have copied into at the end keeps its old values; nothing is written afterwards.
     """
@@ -321,7 +322,13 @@ class Kernel:
 
         threads = self.options.thread_count()
         code, error = run_phases(
-            spec.code.entry, buffers_for, spec.params_address, spec.plans, threads, spec.workspaces
+            spec.code.entry,
+            buffers_for,
+            spec.params_address,
+            spec.plans,
+            threads,
+            spec.workspaces,
+            spec.clock,
         )
         if code != 0:
             raise self._runtime_error(int(code), error)

@@ -61,6 +61,12 @@ GEMM_TEAM_DISCOUNT = 4
 # waiting thread's wake-ups cost about 0.1 ms (measured: 10% of a 512³ sgemm when it was 2^22);
 # a shorter call delivers the interrupt when it returns, which is soon enough
 WATCHED_WORK = 1 << 26
+# ... and only while the specialisation's last completed call on as many threads took this long
+# or longer (or none has completed): instances say little of time (a vectorised stencil runs
+# 2^27 of them in 5 ms), and a call this short delivers the interrupt soon enough when it
+# returns. Watching a short call costs: jacobi-2d 1000² T=100 on 2 threads (2^27.6 instances,
+# 3 ms) ran 6-25 % slower watched than on the calling thread (81 interleaved calls, 3 runs)
+WATCH_AFTER_S = 0.05
 # statement instances of one chunk of a chunked phase (PhasePlan.chunked): milliseconds of work,
 # so that an interrupt is seen soon, against some microseconds per extra call
 CHUNK_WORK = 1 << 22
@@ -284,6 +290,12 @@ class _Watch:
                 continue
 
 
+def _whole(plan: PhasePlan) -> tuple[int, int]:
+    """The [lo, hi) of a phase run as one piece: a chunked phase's loop range (piece_calls cuts
+    it into chunks), else the whole phase."""
+    return plan.loop_range[:2] if plan.chunked else (INT64_MIN, INT64_MAX)
+
+
 def piece_calls(plan: PhasePlan, lo: int, hi: int) -> list[tuple[int, int]]:
     """The calls one piece [lo, hi) of a phase is run as: one, or for a chunked phase as many
     as keep each near CHUNK_WORK instances (its generated code does not poll the cancel word)."""
@@ -318,8 +330,29 @@ def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
     return not any(map(worth_threads, plans)) and sum(p.work for p in plans) < WATCHED_WORK
 
 
+class CallClock:
+    """How long a specialisation's last completed call took, per thread count: whether the
+    next one is long enough to watch (WATCH_AFTER_S)."""
+
+    def __init__(self):
+        self._seconds: dict[int, float] = {}
+
+    def long(self, threads: int) -> bool:
+        seconds = self._seconds.get(threads)
+        return seconds is None or seconds >= WATCH_AFTER_S
+
+    def record(self, threads: int, seconds: float) -> None:
+        self._seconds[threads] = seconds
+
+
 def run_phases(
-    entry, buffers_for, params, plans: tuple[PhasePlan, ...], threads: int, workspaces: Workspaces
+    entry,
+    buffers_for,
+    params,
+    plans: tuple[PhasePlan, ...],
+    threads: int,
+    workspaces: Workspaces,
+    clock: CallClock | None = None,
 ) -> tuple[int, np.ndarray]:
     """Run every phase in order; return (error code, error details) of the first failure.
 
@@ -331,13 +364,23 @@ def run_phases(
     cancel word and propagates only once none of them runs any more. Memory then: arrays the
     call allocated are dropped; a caller's `out=` array that the kernel writes in place may hold
     a partial result (some elements old, some new); nothing else is touched after the exception
-    propagates.
+    propagates. Which calls run watched like that: WATCHED_WORK and, with `clock` (the
+    specialisation's), WATCH_AFTER_S; the clock then records this call's time.
     """
     leased = workspaces.lease(1)
+    watched = (
+        sum(p.work for p in plans) >= WATCHED_WORK
+        and (clock is None or clock.long(threads))
+        and threading.current_thread() is threading.main_thread()
+    )
+    start = time.perf_counter()
     try:
-        return _run_phases(entry, buffers_for, params, plans, threads, workspaces, leased)
+        code, error = _run_phases(entry, buffers_for, params, plans, threads, workspaces, leased, watched)
     finally:
         workspaces.give_back(leased)
+    if code == 0 and clock is not None:
+        clock.record(threads, time.perf_counter() - start)
+    return code, error
 
 
 _tables: dict = {}  # (plans, threads) → whole_call_table's answer
@@ -387,13 +430,12 @@ def _run_phases(
     threads: int,
     workspaces: Workspaces,
     leased: list[tuple[np.ndarray, int]],
+    watched: bool,
 ) -> tuple[int, np.ndarray]:
+    """run_phases' work; `watched`: a long call from the main thread (the one signals reach),
+    kept out of the kernel."""
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
-    # a long call from the main thread (the one signals reach) keeps that thread out of the kernel
-    watched = (
-        sum(p.work for p in plans) >= WATCHED_WORK and threading.current_thread() is threading.main_thread()
-    )
     watch: _Watch | None = None
     whole_call = _whole_call(plans, threads)
     if whole_call is not None:  # one dispatch: phase len(plans) runs them all (lowering/whole.py)
@@ -422,6 +464,12 @@ def _run_phases(
                 shared_calls = dynamic_calls(plan, threads)
                 if shared_calls is not None:
                     claims = _Claims(shared_calls)
+        if len(pieces) <= 1 and watched:
+            # the one piece goes to a native worker too: a Python pool thread costs a wake-up and
+            # the GIL per phase (jacobi-2d 1000², 3 phases: 0.3 ms a call more from T=34, where
+            # the call becomes watched), a native worker a futex post, and it is still spinning
+            # when the next phase comes
+            pieces = [_whole(plan)]
         if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
             cancel = watch.address if watch is not None else _NEVER_ADDRESS
@@ -429,7 +477,9 @@ def _run_phases(
             if code:
                 return code, error
             continue
-        native = native_pool.acquire(entry, len(pieces) - (not watched)) if len(pieces) > 1 else None
+        native = (
+            native_pool.acquire(entry, len(pieces) - (not watched)) if len(pieces) > 1 or watched else None
+        )
         if native is not None:  # microseconds per dispatch instead of tens
             if len(leased) < len(pieces):
                 leased.extend(workspaces.lease(len(pieces) - len(leased)))
@@ -462,8 +512,7 @@ def _run_phases(
             watch = _Watch()
         if len(pieces) <= 1:
             ws = leased[0][1]
-            whole = plan.loop_range[:2] if plan.chunked else (INT64_MIN, INT64_MAX)
-            calls = [(error, *whole, ws)]
+            calls = [(error, *_whole(plan), ws)]
             pool = _serial_executor()
         else:
             if len(leased) < len(pieces):  # this call's workspaces: one per piece, kept until it ends

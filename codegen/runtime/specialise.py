@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..planning.runs import PhasePlan
-from .parallel import Workspaces
+from .parallel import CallClock, Workspaces
 from .scratch import Scratch
 from .warm import CallRecord
 
@@ -36,6 +36,7 @@ class Specialisation:
     # temporary → (dim, modulus), or (dim, modulus, pitch) when its rows are padded
     folded: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     scratch: Scratch = field(default_factory=Scratch)  # large temporaries kept between calls
+    clock: CallClock = field(default_factory=CallClock)  # its last calls' times (which to watch)
 
     def storage_shape(self, name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The shape allocated for `name`: its logical shape, with a folded dimension's extent its

@@ -199,3 +199,60 @@ def test_a_pool_thread_on_the_callers_core_moves_off_it_and_keeps_its_affinity()
     assert os.sched_getaffinity(0) == allowed
     _move_off(-1)  # unknown core: nothing happens
     assert os.sched_getaffinity(0) == allowed
+
+
+def test_a_long_call_is_watched_until_its_sizes_ran_short_once():
+    """A call of WATCHED_WORK instances or more runs off the calling thread (which stays free
+    for Ctrl-C) while its specialisation's clock has no completed call on as many threads, or
+    the last took WATCH_AFTER_S or more; once one took less, the next runs on the calling
+    thread. A failed call records nothing."""
+    import threading
+
+    from codegen.planning.runs import PhasePlan
+    from codegen.runtime.parallel import WATCH_AFTER_S, WATCHED_WORK, CallClock, Workspaces, run_phases
+
+    threads_seen: list[bool] = []
+
+    def entry(buffers, params, error, phase, lo, hi, workspace, cancel):
+        threads_seen.append(threading.current_thread() is threading.main_thread())
+        return code
+
+    clock = CallClock()
+    plan = PhasePlan(0, None, WATCHED_WORK)  # serial: one piece
+    code = 5  # fails: the clock records nothing, the next call is watched again
+    assert run_phases(entry, lambda ws: 0, 0, (plan,), 1, Workspaces(0), clock)[0] == 5
+    code = 0
+    assert run_phases(entry, lambda ws: 0, 0, (plan,), 1, Workspaces(0), clock)[0] == 0
+    assert run_phases(entry, lambda ws: 0, 0, (plan,), 1, Workspaces(0), clock)[0] == 0
+    assert threads_seen == [False, False, True]  # watched, watched (then short), on the caller
+    assert clock.long(2)  # another thread count: not known yet
+    clock.record(1, WATCH_AFTER_S)  # a long call: watched again
+    assert run_phases(entry, lambda ws: 0, 0, (plan,), 1, Workspaces(0), clock)[0] == 0
+    assert threads_seen[-1] is False
+    small = PhasePlan(0, None, WATCHED_WORK - 1)  # below the instances: never watched
+    assert run_phases(entry, lambda ws: 0, 0, (small,), 1, Workspaces(0))[0] == 0
+    assert threads_seen[-1] is True
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_watched_recurrence_matches_an_unwatched_one(monkeypatch, threads):
+    """Every phase of a watched call on a native worker (serial ones too) gives the result the
+    calling thread gives: jacobi-2d on an odd grid, each call watched, then each on the caller."""
+    from codegen.runtime import parallel
+
+    src = """def jacobi(float(N, M) A) -> (O) {
+      B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
+      B(t, i, j) = (i >= 1 && i < N - 1 && j >= 1 && j < M - 1) ? 0.2 * (B(t-1, i, j) + B(t-1, i-1, j) + B(t-1, i+1, j) + B(t-1, i, j-1) + B(t-1, i, j+1)) : B(t-1, i, j) where t in 1:T, i in 0:N, j in 0:M
+      O(i, j) = B(T - 1, i, j) where i in 0:N, j in 0:M
+    }"""
+    k = tl.compile(src, options=tl.Options(threads=threads))
+    A = np.random.default_rng(3).random((37, 53), dtype=np.float32)
+    monkeypatch.setattr(parallel, "WATCHED_WORK", 1)
+    monkeypatch.setattr(parallel, "WATCH_AFTER_S", 0.0)  # every call watched
+    watched = [k(A, T=T) for T in (1, 2, 19)]
+    monkeypatch.setattr(parallel, "WATCH_AFTER_S", 1e9)  # after a first call: on the caller
+    for T, want in zip((1, 2, 19), watched):
+        k(A, T=T)
+        np.testing.assert_array_equal(k(A, T=T), want)
+    ref = tl.compile(src, options=tl.Options(optimize=False))
+    np.testing.assert_allclose(watched[-1], ref(A, T=19), rtol=1e-5, atol=1e-6)
