@@ -34,8 +34,7 @@ import os
 import threading
 import time
 import weakref
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -44,9 +43,10 @@ from ..lowering.status import ERROR_CANCELLED
 from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD, PhasePlan
 from . import native_pool
 from .native_pool import current_cpu as _current_cpu
-from .native_pool import move_off as _move_off
+from .native_pool import move_off as _move_off  # noqa: F401 — the tests use it from here
 from .stalls import SmallTeams
 from .teams import Teams, whole_call_table
+from .watch import CallClock, Claims, Watch
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # statement instances below which a phase is not worth splitting across threads (a dispatch
@@ -70,7 +70,6 @@ WATCH_AFTER_S = 0.05
 # statement instances of one chunk of a chunked phase (PhasePlan.chunked): milliseconds of work,
 # so that an interrupt is seen soon, against some microseconds per extra call
 CHUNK_WORK = 1 << 22
-POLL_S = 0.05  # how often a waiting thread wakes up to let Python run signal handlers
 # statement instances from which a split loop's threads take its iterations in DYNAMIC_PARTS
 # parts per thread from a shared list instead of one fixed range each: a thread that starts
 # late (its core busy, or woken onto the core of the thread that woke it) then takes fewer
@@ -194,102 +193,6 @@ renew_after_fork(_teams)
 _small_teams = SmallTeams()  # small GEMM teams that stalled run on one thread for a while
 
 
-class _Claims:
-    """The [lo, hi) parts of one phase's loop that its pieces take in turn: iterating gives the
-    parts nobody has taken yet, one at a time (thread-safe)."""
-
-    def __init__(self, parts: list[tuple[int, int]]):
-        self.parts = self._parts = parts
-        self._next = 0
-        self._lock = threading.Lock()
-
-    def __iter__(self):
-        while True:
-            with self._lock:
-                if self._next >= len(self._parts):
-                    return
-                part = self._parts[self._next]
-                self._next += 1
-            yield part
-
-    def stop(self) -> None:
-        """A piece failed: the others take no more parts."""
-        with self._lock:
-            self._next = len(self._parts)
-
-
-class _Watch:
-    """One call's work on pool threads and the cancel word its generated code polls.
-
-    A piece enters the kernel only while the word is clear, and is counted while inside, so that
-    `stop()` knows when no thread touches the call's memory any more — also for pieces that were
-    submitted but had not started, or whose future the interrupted thread never got hold of."""
-
-    def __init__(self):
-        self.word = np.zeros(1, dtype=np.int32)
-        self.address = self.word.ctypes.data
-        self._cond = threading.Condition(threading.Lock())
-        self._inside = 0
-
-    def submit(self, executor: ThreadPoolExecutor, entry, args: tuple, ranges, away: int = -1) -> Future:
-        """Run the piece on a pool thread, first moved off core `away` (the caller's) if on it."""
-        return executor.submit(self._pooled, entry, args, ranges, away)
-
-    def _pooled(self, entry, args: tuple, ranges, away: int) -> int:
-        _move_off(away)
-        return self.run(entry, args, ranges)
-
-    def run(self, entry, args: tuple, ranges) -> int:
-        """Run the piece: one call per [lo, hi) of `ranges` (a list, or _Claims shared with the
-        phase's other pieces; the args' own lo and hi replaced), checking the cancel word before
-        each."""
-        with self._cond:
-            if self.word[0]:
-                return ERROR_CANCELLED
-            self._inside += 1
-        try:
-            buffers, params, error, phase, _, _, workspace, cancel = args
-            for lo, hi in ranges:
-                if self.word[0]:
-                    return ERROR_CANCELLED
-                code = entry(buffers, params, error, phase, lo, hi, workspace, cancel)
-                if code:
-                    if isinstance(ranges, _Claims):
-                        ranges.stop()
-                    return code
-            return 0
-        finally:
-            with self._cond:
-                self._inside -= 1
-                if self._inside == 0:
-                    self._cond.notify_all()
-
-    def results(self, futures: list[Future]) -> list[int]:
-        """The pieces' return codes, waiting in short steps that signal handlers can interrupt."""
-        codes = []
-        for f in futures:
-            while True:
-                try:
-                    codes.append(f.result(timeout=POLL_S))
-                    break
-                except FutureTimeout:
-                    continue
-        return codes
-
-    def stop(self) -> None:
-        """Set the cancel word and wait until no piece is inside the kernel. Further interrupts
-        (Ctrl-C pressed again) are swallowed: returning earlier would free memory still in use."""
-        while True:
-            try:
-                self.word[0] = 1
-                with self._cond:
-                    while self._inside:
-                        self._cond.wait(POLL_S)
-                return
-            except BaseException:  # noqa: BLE001 — a second interrupt: keep waiting
-                continue
-
-
 def _whole(plan: PhasePlan) -> tuple[int, int]:
     """The [lo, hi) of a phase run as one piece: a chunked phase's loop range (piece_calls cuts
     it into chunks), else the whole phase."""
@@ -330,21 +233,6 @@ def runs_inline(plans: tuple[PhasePlan, ...]) -> bool:
     return not any(map(worth_threads, plans)) and sum(p.work for p in plans) < WATCHED_WORK
 
 
-class CallClock:
-    """How long a specialisation's last completed call took, per thread count: whether the
-    next one is long enough to watch (WATCH_AFTER_S)."""
-
-    def __init__(self):
-        self._seconds: dict[int, float] = {}
-
-    def long(self, threads: int) -> bool:
-        seconds = self._seconds.get(threads)
-        return seconds is None or seconds >= WATCH_AFTER_S
-
-    def record(self, threads: int, seconds: float) -> None:
-        self._seconds[threads] = seconds
-
-
 def run_phases(
     entry,
     buffers_for,
@@ -368,9 +256,10 @@ def run_phases(
     specialisation's), WATCH_AFTER_S; the clock then records this call's time.
     """
     leased = workspaces.lease(1)
+    last = clock.seconds(threads) if clock is not None else None
     watched = (
         sum(p.work for p in plans) >= WATCHED_WORK
-        and (clock is None or clock.long(threads))
+        and (last is None or last >= WATCH_AFTER_S)
         and threading.current_thread() is threading.main_thread()
     )
     start = time.perf_counter()
@@ -436,7 +325,7 @@ def _run_phases(
     kept out of the kernel."""
     error = np.zeros(4, dtype=np.int64)
     error_ptr = error.ctypes.data
-    watch: _Watch | None = None
+    watch: Watch | None = None
     whole_call = _whole_call(plans, threads)
     if whole_call is not None:  # one dispatch: phase len(plans) runs them all (lowering/whole.py)
         plans = (PhasePlan(len(plans), None, sum(p.work for p in plans), team=True, barriers=len(plans)),)
@@ -463,7 +352,7 @@ def _run_phases(
                 pieces = chunks(plan.loop_range, threads)
                 shared_calls = dynamic_calls(plan, threads)
                 if shared_calls is not None:
-                    claims = _Claims(shared_calls)
+                    claims = Claims(shared_calls)
         if len(pieces) <= 1 and watched:
             # the one piece goes to a native worker too: a Python pool thread costs a wake-up and
             # the GIL per phase (jacobi-2d 1000², 3 phases: 0.3 ms a call more from T=34, where
@@ -509,7 +398,7 @@ def _run_phases(
                 return code, err
             continue
         if watch is None:
-            watch = _Watch()
+            watch = Watch()
         if len(pieces) <= 1:
             ws = leased[0][1]
             calls = [(error, *_whole(plan), ws)]

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..planning.runs import PhasePlan
-from .parallel import CallClock, Workspaces
+from .parallel import Workspaces
 from .scratch import Scratch
 from .warm import CallRecord
+from .watch import CallClock
 
 if TYPE_CHECKING:
     from ..lowering.build import Built
