@@ -355,9 +355,9 @@ def _run_phases(
                     claims = Claims(shared_calls)
         if len(pieces) <= 1 and watched:
             # the one piece goes to a native worker too: a Python pool thread costs a wake-up and
-            # the GIL per phase (jacobi-2d 1000², 3 phases: 0.3 ms a call more from T=34, where
-            # the call becomes watched), a native worker a futex post, and it is still spinning
-            # when the next phase comes
+            # the GIL per phase, a native worker a futex post, and it is still spinning when the
+            # next phase comes (watched, jacobi-2d 1000² on 1 thread then cost 0.08-0.1 ms a
+            # call over running on the caller at T = 1, 10 and 34; at T=100 within the noise)
             pieces = [_whole(plan)]
         if len(pieces) <= 1 and not watched:
             ws = leased[0][1]
