@@ -65,7 +65,7 @@ WATCHED_WORK = 1 << 26
 # or longer (or none has completed): instances say little of time (a vectorised stencil runs
 # 2^27 of them in 5 ms), and a call this short delivers the interrupt soon enough when it
 # returns. Watching a short call costs: jacobi-2d 1000² T=100 on 2 threads (2^27.6 instances,
-# 3 ms) ran 6-25 % slower watched than on the calling thread (81 interleaved calls, 3 runs)
+# 3 ms) ran 6-28 % slower watched than on the calling thread (81 interleaved calls, 3 runs)
 WATCH_AFTER_S = 0.05
 # statement instances of one chunk of a chunked phase (PhasePlan.chunked): milliseconds of work,
 # so that an interrupt is seen soon, against some microseconds per extra call
