@@ -239,7 +239,7 @@ def test_a_long_call_is_watched_until_its_sizes_ran_short_once():
 def test_a_watched_recurrence_matches_an_unwatched_one(monkeypatch, threads):
     """Every phase of a watched call on a native worker (serial ones too) gives the result the
     calling thread gives: jacobi-2d on an odd grid, each call watched, then each on the caller."""
-    from codegen.runtime import parallel
+    from codegen.runtime import native_pool, parallel
 
     src = """def jacobi(float(N, M) A) -> (O) {
       B(t, i, j) = A(i, j) where t in 0:1, i in 0:N, j in 0:M
@@ -248,12 +248,24 @@ def test_a_watched_recurrence_matches_an_unwatched_one(monkeypatch, threads):
     }"""
     k = tl.compile(src, options=tl.Options(threads=threads))
     A = np.random.default_rng(3).random((37, 53), dtype=np.float32)
+    dispatches = []
+    real_run = native_pool.run
+
+    def spy(*args, **kwargs):
+        dispatches.append(args[6])  # inline: whether the caller runs a piece itself
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(native_pool, "run", spy)
     monkeypatch.setattr(parallel, "WATCHED_WORK", 1)
     monkeypatch.setattr(parallel, "WATCH_AFTER_S", 0.0)  # every call watched
     watched = [k(A, T=T) for T in (1, 2, 19)]
-    monkeypatch.setattr(parallel, "WATCH_AFTER_S", 1e9)  # after a first call: on the caller
+    if native_pool._supported() is not None:  # Linux x86-64/AArch64: native workers
+        # every phase went to native workers, the caller running none (serial phases too)
+        assert dispatches and not any(dispatches)
+    dispatches.clear()
+    monkeypatch.setattr(parallel, "WATCH_AFTER_S", 1e9)  # each size has run: on the caller now
     for T, want in zip((1, 2, 19), watched):
-        k(A, T=T)
         np.testing.assert_array_equal(k(A, T=T), want)
+    assert all(dispatches)  # split phases (2 threads) with the caller taking part; serial: none
     ref = tl.compile(src, options=tl.Options(optimize=False))
     np.testing.assert_allclose(watched[-1], ref(A, T=19), rtol=1e-5, atol=1e-6)
