@@ -64,7 +64,7 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
     return TimeBand(n, element)
 
 
-def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
+def auto_sizes(band: TimeBand, chain: bool = False, wavefront: bool = True) -> tuple[int, ...]:
     """Tile sizes from a cache footprint model: `_STEPS` time steps, and per space member as many
     rows (a power of two) as keep the rows a tile touches, (rows + steps) per member, of two
     planes (the temporary folded modulo 2) within the L2 cache. The array sizes are not known
@@ -81,7 +81,12 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
     With `chain` (the innermost member carries a dependence, so the last two point loops become
     a wavefront, Gauss-Seidel) a 2-d stencil takes strips of `_CHAIN_STRIP`: each wavefront of a
     tile then has at most `rows` independent points (seidel-2d 1000^2 T=100, 1 thread: 1024-wide
-    strips 315 ms, 256-wide 226 ms; numba 741 ms)."""
+    strips 315 ms, 256-wide 226 ms; numba 741 ms).
+    Without `wavefront` (one thread) a 2-d stencil's tile (not a chain's) runs `_DEEP_STEPS`
+    steps over the same rows: inside a tile the steps run in groups, each sweeping the tile's
+    rows, so what the next group reuses is the tile's rows (plus a group's skew) of two planes,
+    the same for 16 steps as for 64, while every band of tiles streams both planes through
+    memory once: 64-step tiles stream them a quarter as often."""
     n = band.members
     steps = _STEPS
     budget = cache_size(2) // band.element // 2  # elements per plane
@@ -93,12 +98,21 @@ def auto_sizes(band: TimeBand, chain: bool = False) -> tuple[int, ...]:
     cap = 32 if chain else 128  # a chain's wavefront: 16 and 32 rows measured alike, 64 slower
     while ((rows * 2 + steps) ** (n - 2)) * row <= budget and rows < cap:
         rows *= 2
+    if n == 3 and not chain and not wavefront:
+        steps = _DEEP_STEPS
     return (steps, *([rows] * (n - 2)), *tail)
 
 
 # time steps per tile: each row is read from memory once per tile instead of once per step, but
 # more steps make more partial tiles at the edges of the skewed domain
 _STEPS = 16
+# time steps of a 2-d stencil's tile on one thread (auto_sizes). 1 thread, this host (2 MiB L2),
+# in one process, p25 of 40 interleaved calls: jacobi-2d 1000^2 T=100 (16, 64) 15.8 ms,
+# (32, 64) 15.6, (64, 64) 15.0, (64, 32) 15.0, (128, 64) 14.6; fdtd-2d 1000^2 T=50 34.3 ->
+# 32.0 ms (medians of 15); jacobi-2d 4000^2 T=50 278 -> 253 ms (medians of 7). Not with
+# threads: fewer, deeper tiles leave a wavefront too few of them (jacobi-2d on 2 threads:
+# (64, 64) 15.6 against (16, 64) 12.9 ms)
+_DEEP_STEPS = 64
 # time steps of a 2-d stencil's tile run together, row by row (_jam_steps). Only for a single
 # statement's rows: the same grouping measured nothing for fdtd-2d (three fields' rows per step
 # overflow L1: 13.4 ms either way) and made heat-3d 120^3 slower (12.8 -> 15.0 ms); jacobi-2d

@@ -149,6 +149,40 @@ def test_auto_sizes_fit_half_the_l2_cache():
     assert auto_sizes(TimeBand(3, 4))[-1] >= 512  # long vectorised strips
 
 
+def test_one_thread_runs_deeper_2d_tiles():
+    """Without a wavefront (one thread) a 2-d stencil's tile runs 64 steps over the rows that 16
+    steps get; a Gauss-Seidel chain, 1-d and 3-d bands, and bands on threads keep 16."""
+    deep = auto_sizes(TimeBand(3, 4), wavefront=False)
+    shallow = auto_sizes(TimeBand(3, 4), wavefront=True)
+    assert deep[0] == 64 and shallow[0] == 16 and deep[1:] == shallow[1:]
+    assert auto_sizes(TimeBand(3, 4), chain=True, wavefront=False)[0] == 16
+    for members in (2, 4):
+        assert auto_sizes(TimeBand(members, 4), wavefront=False)[0] == 16
+    (one,) = _time_tile_bands(_schedule("jacobi2d", threads=1))
+    (two,) = _time_tile_bands(_schedule("jacobi2d", threads=2))
+    assert "(t) mod 64" in one.schedule and "(t) mod 64" in one.below
+    assert "floor((t)/16)" in two.schedule and "(t) mod 16" in two.below
+
+
+@pytest.mark.parametrize("name", ["jacobi2d", "fdtd"])
+def test_deep_tiles_over_several_bands_match_the_untransformed_kernel(name):
+    """T past one and two 64-step tiles (65, 130), on grids narrower and shorter than a tile's
+    rows and at odd, prime shapes: every band boundary, partial tile and group of steps."""
+    src, ref, _ = CASES[name]
+    kind = "fdtd" if name == "fdtd" else ""
+    k = tl.compile(src, options=tl.Options(threads=1))
+    reference = tl.compile(src, options=tl.Options(optimize=False))
+    rng = np.random.default_rng(5)
+    for shape in [(3, 5), (13, 7), (37, 70)]:
+        for t in (63, 65, 130):
+            args = _args(kind, shape, t, rng)
+            got, want = _as_tuple(k(*args)), _as_tuple(reference(*args))
+            for g, w in zip(got, want, strict=True):
+                np.testing.assert_array_equal(g, w)
+            for g, r in zip(got, _as_tuple(ref(*args)), strict=True):
+                np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-3)
+
+
 def test_one_size_fewer_leaves_the_innermost_member_untiled():
     (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(4, 8)))
     assert "mod 4" in band.below and "mod 8" in band.below and "(t + j) mod" not in band.below
