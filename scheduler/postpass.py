@@ -310,7 +310,9 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
             if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
                 carried = innermost_carries(scop, node)
                 body = None if carried else body_order(scop, node)
-                sizes = options.time_tile or (tile if explicit else auto_sizes(band, carried, wavefront=threads))
+                sizes = options.time_tile or (
+                    tile if explicit else auto_sizes(band, carried, wavefront=threads)
+                )
                 node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried, body=body)
                 for _ in range(depth):
                     node = node.parent()
