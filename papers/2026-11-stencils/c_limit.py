@@ -31,15 +31,18 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 import paperbench as pb  # noqa: E402, I001  (first: it unsets the OpenBLAS presets)
+from scheduler.timetile import TimeBand, auto_sizes  # noqa: E402
 
 SOURCE = HERE / "c_reference" / "jacobi2d_avx512.c"
 QUESTION = (
     "How close does jacobi-2d's recurrence come to the machine: against the same schedule written by "
     "hand in AVX-512 C, and against the update's loop with its rows in L1?"
 )
-# the recurrence's tiles for jacobi-2d (scheduler/timetile.py: 16 steps by 32 skewed rows, steps
-# grouped by four)
-TILE_STEPS, TILE_ROWS, JAM_STEPS = 16, 32, 4
+# the recurrence's tiles for jacobi-2d on one thread, as scheduler/timetile.py sizes them on this
+# host (64 steps by as many skewed rows as the L2 holds; 16 by 32 before 2026-11-29), steps
+# grouped by four
+TILE_STEPS, TILE_ROWS = auto_sizes(TimeBand(3, 4), wavefront=False)[:2]
+JAM_STEPS = 4
 
 
 def compiler() -> str | None:

@@ -63,8 +63,9 @@ def _team_loop_lags(kernel, sizes):
 
 def test_the_wavefront_tiles_depend_on_a_bounded_window_back():
     """jacobi-2d on threads: the tile loop inside the wavefront reads tiles at most two
-    wavefronts back, and there the same row tile or the one before (32 rows)."""
-    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2))
+    wavefronts back, and there the same row tile or the one before (32 rows; the tiles pinned,
+    since the automatic rows follow the host's L2: 32 with 1 MiB, 64 with 2 MiB)."""
+    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, band_tiles=(None, (16, 32))))
     lags = _team_loop_lags(k, {"N": 1000, "M": 1000, "T": 100})
     assert lags and lags[0] == (2, 0, 32)
     # a loop with no loop around it carrying a dependence has none
@@ -116,10 +117,10 @@ _STENCIL_SIZES = {
 }
 
 
-def _run(name, threads, shape, steps):
+def _run(name, threads, shape, steps, **options):
     source = CASES[name][0]
     args = _args(name, shape, steps, np.random.default_rng(len(shape) * 7 + steps))
-    got = tl.compile(source, options=tl.Options(threads=threads))(*args)
+    got = tl.compile(source, options=tl.Options(threads=threads, **options))(*args)
     return tuple(np.asarray(x) for x in (got if isinstance(got, tuple) else (got,)))
 
 
@@ -184,10 +185,14 @@ def test_a_loop_teams_flags_hold_only_tags_of_earlier_calls():
     assert (words[TEAM_FLAGS // 8 : TEAM_FLAGS // 8 + 5] == (serial << 16) + 1).all()  # kept, stale
 
 
+HEAT_TILES = (None, (16, 8, 8))  # heat-3d's time band is entry 1, after the copy-in band
+
+
 def test_heat3d_tiles_wait_for_a_window_of_rows_and_columns():
     """heat-3d on threads: the wavefront loop's tiles (rows c1 and columns c2, 8 apart) read
-    tiles at most three wavefronts back, in the same or the previous row and column."""
-    k = tl.compile(CASES["heat3d"][0], options=tl.Options(threads=2))
+    tiles at most three wavefronts back, in the same or the previous row and column (tiles
+    pinned: the automatic ones follow the host's L2, (16, 16, 16) with 2 MiB)."""
+    k = tl.compile(CASES["heat3d"][0], options=tl.Options(threads=2, band_tiles=HEAT_TILES))
     plan = k._plan({"N": 13, "M": 11, "K": 17, "T": 21})
     (wave,) = [info.wave for info in plan.ast.loops.values() if info.wave is not None]
     assert (wave.back, wave.least_row, wave.most_row, wave.least_col, wave.most_col) == (3, 0, 8, 0, 8)
@@ -225,10 +230,10 @@ _HEAT_SIZES = [
 @pytest.mark.parametrize(("threads", "shape", "steps"), _HEAT_SIZES)
 def test_heat3d_tiles_split_as_one_space_match_one_thread(forced, threads, shape, steps):
     """heat-3d's rows and columns of tiles, chunked as one space and run on flags: bitwise equal
-    to one thread."""
-    one = _run("heat3d", 1, shape, steps)
+    to one thread (tiles pinned, as above: the small grids need several tiles a wavefront)."""
+    one = _run("heat3d", 1, shape, steps, band_tiles=HEAT_TILES)
     assert forced() == 0
-    got = _run("heat3d", threads, shape, steps)
+    got = _run("heat3d", threads, shape, steps, band_tiles=HEAT_TILES)
     assert forced() > 0, "no chunk ran on flags"
     for a, b in zip(got, one):
         np.testing.assert_array_equal(a, b)
