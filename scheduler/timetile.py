@@ -51,9 +51,11 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
         return None
     statements: list[str] = []
     node.get_domain().foreach_set(lambda s: statements.append(s.get_tuple_name()))
-    if not statements or any(s not in plain[0] for s in statements):
+    fixed = fixed_time(node)
+    stepped = [s for s in statements if s not in fixed]
+    if not stepped or any(s not in plain[0] for s in stepped):
         return None  # the outer member is not the time step of every statement
-    if all(s in plain[m] for m in range(1, n) for s in statements):
+    if all(s in plain[m] for m in range(1, n) for s in stepped):
         return None  # no skewed member: not a time recurrence that isl skewed
     if any(scop.statement(s).projected is not None for s in statements):
         return None
@@ -62,6 +64,25 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
         for access in scop.statement(s).accesses:
             element = max(element, scop.program.tensor(access.tensor).dtype.storage_bytes)
     return TimeBand(n, element)
+
+
+def fixed_time(node: isl.ScheduleNode) -> set[str]:
+    """Statements that the band's member 0 runs at one time whatever their indices (a copy into
+    the first plane at 0, out of the last one at T): their schedule there has no index term."""
+    fixed: set[str] = set()
+
+    def visit(pa: isl.PwAff) -> None:
+        pieces: list[isl.Aff] = []
+        pa.foreach_piece(lambda _set, aff: pieces.append(aff))
+        if pieces and all(
+            aff.get_coefficient_val(isl.dim_type.in_, d).is_zero()
+            for aff in pieces
+            for d in range(aff.dim(isl.dim_type.in_))
+        ):
+            fixed.add(pa.get_domain_space().get_tuple_name(isl.dim_type.set))
+
+    node.band_get_partial_schedule().get_at(0).foreach_pw_aff(visit)
+    return fixed
 
 
 def auto_sizes(band: TimeBand, chain: bool = False, wavefront: bool = True) -> tuple[int, ...]:

@@ -278,3 +278,30 @@ def test_a_temporary_accumulated_without_bang_counts_as_written():
     with pytest.warns(tl.TensorLangWarning, match="without initialization"):
         k = tl.compile(src)
     np.testing.assert_array_equal(k(np.zeros((3, 0), F32)), np.ones(3, F32))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_one_thread_runs_the_copies_in_the_time_tiles(name):
+    """On one thread the copy into the first plane and the copy out of the last join the
+    recurrence's phase (scheduler/fusion.py, _joins_time_band): bitwise the untransformed
+    kernel's results and NumPy's, at tiny and odd sizes, for T = 1 (no step: the copies alone),
+    2, 7 and past a 64-step tile."""
+    src, ref, shapes = CASES[name]
+    k = kernel(name, tl.Options(threads=1))
+    reference = kernel(name, tl.Options(optimize=False))
+    kind = "fdtd" if name == "fdtd" else ""
+    sizes = dict(zip(("NX", "NY") if kind else ("N", "M", "K"), shapes[-1], strict=False), T=9)
+    phases = [line for line in k.inspect("plan", sizes=sizes).splitlines() if line.startswith("// phase")]
+    copies = {"S0", "S0_1", "S2"}
+    assert any(copies & set(p.replace(",", " ").replace(";", " ").split()) and "S1_1" in p for p in phases), (
+        phases
+    )
+    rng = np.random.default_rng(11)
+    for shape in (shapes[0], shapes[-1]):
+        for t in (1, 2, 7, 65):
+            args = _args(kind, shape, t, rng)
+            got = _as_tuple(k(*args))
+            for g, b in zip(got, _as_tuple(reference(*args)), strict=True):
+                np.testing.assert_array_equal(g, b, err_msg=f"{name} {shape} T={t}")
+            for g, w in zip(got, _as_tuple(ref(*args)), strict=True):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"{name} {shape} T={t}")

@@ -7,7 +7,7 @@ Recurrences write into preallocated outputs (out=), as numba's loops do. Example
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE flock /tmp/tl_bench.lock \\
         .venv/bin/python papers/2026-11-stencils/compare.py heat-3d 256x256x256 --steps 40 --numba \\
-        "auto=dict()" "small=dict(band_tiles=(None, (16, 8, 8)))"
+        "auto=dict()" "small=dict(band_tiles=((16, 8, 8),))"   # the time band: entry 0 on one thread
 
 A variant is NAME=EXPR, EXPR a Python expression giving the keyword arguments of tl.Options
 (threads from --threads unless EXPR gives it: "1T=dict()" "2T=dict(threads=2)" times one and

@@ -121,7 +121,8 @@ def test_the_interior_loop_has_no_guard():
     assert interior and all("?" not in line and " : " not in line for line in interior)
     assert any(x.rstrip().endswith("// S1_2") for x in loops.splitlines())
     # the pieces share one loop nest (scheduler/fusion.py fuses them like statements of a region)
-    region = loops.split("// region 1")[1].split("// region 2")[0]
+    # (on one thread the copies into the first plane and out of the last share it too)
+    (region,) = [r for r in loops.split("// region ")[1:] if "// S1_1" in r]
     assert sum(1 for x in region.splitlines() if x.startswith("for ")) == 1
     unsplit = tl.compile(JACOBI_2D, options=REFERENCE).inspect("loops", sizes=dict(N=100, M=100, T=10))
     assert "?" in unsplit and "S1_" not in unsplit

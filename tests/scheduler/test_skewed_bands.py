@@ -24,7 +24,7 @@ def _jacobi(a: np.ndarray, steps: int) -> np.ndarray:
 
 def test_the_stride_one_member_goes_innermost():
     loops = tl.compile(JACOBI, options=tl.Options(threads=1)).inspect(
-        "loops", sizes={"N": 40, "M": 40, "T": 6}
+        "loops", sizes={"N": 40, "M": 40, "T": 70}
     )
     lines = loops.splitlines()
 
@@ -53,8 +53,10 @@ def test_the_stride_one_member_goes_innermost():
     assert inner in column and inner not in time and inner not in row  # stride 1 along j
     # the time step outermost in the band: a 2-d tile runs its steps in groups (its outermost
     # point loop), row by row, the step within the group right outside the row's loop
-    # (scheduler/timetile._jam_steps)
-    assert set(re.findall(r"c\d+", time)) == {loop_vars[-4], loop_vars[-2]}
+    # (scheduler/timetile._jam_steps); otherwise only the tile loops outside them (T = 70 runs
+    # two 64-step tiles on one thread)
+    in_time = set(re.findall(r"c\d+", time))
+    assert {loop_vars[-4], loop_vars[-2]} <= in_time <= {loop_vars[-4], loop_vars[-2], *loop_vars[:-4]}
 
 
 @pytest.mark.slow  # ~10 s of compiling
