@@ -173,12 +173,15 @@ def _outer_band(tree: isl.Schedule) -> isl.ScheduleNode | None:
     return node if node.get_type() == isl.schedule_node_type.band else None
 
 
-def _fusion_quality(scop: Scop, region: Region, memo: dict, time_tiles: bool = False) -> tuple[bool, bool]:
-    """(one outer loop spans the region, that loop is parallel) for a fused region."""
+def _fusion_quality(
+    scop: Scop, region: Region, memo: dict, join_time_bands: bool = False
+) -> tuple[bool, bool]:
+    """(one outer loop spans the region, that loop is parallel) for a fused region; with
+    `join_time_bands`, a region whose statements form one time band (_joins_time_band) spans."""
     tree = schedule_region(scop, region, True, memo)
     if tree is None:
         return False, False
-    if time_tiles and len(region) > 1 and _joins_time_band(scop, tree):
+    if join_time_bands and len(region) > 1 and _joins_time_band(scop, tree):
         return True, False
     # a skewed outer loop (i + j) "fuses" only by walking the iteration spaces diagonally, which
     # ruins locality and vectorisation: count it as no fusion
@@ -232,7 +235,9 @@ def partition(
             and _shares_data(graph, current, p)
         )
         if ok:
-            spans, is_parallel = _fusion_quality(scop, merged, memo, options.time_tiles and single_thread)
+            spans, is_parallel = _fusion_quality(
+                scop, merged, memo, join_time_bands=options.time_tiles and single_thread
+            )
             was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,), memo)[1]
             if (
                 spans
