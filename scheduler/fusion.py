@@ -11,7 +11,10 @@ The `auto` cost model merges the next statement into the current region when
     e.g. softmax's row max and sum) or an input the region reads (e.g. atax reads A twice);
   * the fused schedule really fuses them: one outer loop spans the whole region;
   * it costs no parallelism: that outer loop is parallel whenever the region's was, unless the
-    kernel runs on one thread anyway. A loop that carries only reductions threads may privatise
+    kernel runs on one thread anyway.
+On one thread a statement also joins when the fused region's outer band is a time recurrence's
+skewed band in which it runs at one fixed time (a copy into the first plane or out of the last,
+_joins_time_band): the band is time-tiled, and the copy then runs row by row inside the tiles. A loop that carries only reductions threads may privatise
     counts as parallel (polyhedral/privatise.py: atax's y(j) += A(i, j) * t(i) in its loop over
     i), so fusion that pays on one thread is kept on several.
 """
@@ -26,7 +29,7 @@ from polyhedral.privatise import privatised_dependences
 from .graph import OpGraph
 from .options import ScheduleOptions
 from .postpass import member_vars
-from .timetile import fixed_time, time_band
+from .timetile import time_band
 
 Region = tuple[int, ...]  # positions of ir statements
 
@@ -199,9 +202,8 @@ def _joins_time_band(scop: Scop, tree: isl.Schedule) -> bool:
     threads a short recurrence's wavefronts hold a tile or two, and the copies, parallel phases
     of their own before, would run on one thread (T=2 on 2 threads: 1.11 -> 1.66 ms)."""
     band = _outer_band(tree)
-    if band is None or time_band(scop, band, member_vars(scop, band)) is None:
-        return False
-    return bool(fixed_time(band))
+    recurrence = None if band is None else time_band(scop, band, member_vars(scop, band))
+    return recurrence is not None and bool(recurrence.fixed)
 
 
 def _shares_data(graph: OpGraph, region: Region, position: int) -> bool:

@@ -33,10 +33,12 @@ from .machine import cache_size
 @dataclass(frozen=True)
 class TimeBand:
     """A band recognised as a time recurrence: member 0 runs the time step, the others are space
-    members skewed by it; `element` is the widest element (bytes) its statements touch."""
+    members skewed by it; `element` is the widest element (bytes) its statements touch; `fixed`
+    names the statements that run at one fixed time (fixed_time: copies in and out)."""
 
     members: int
     element: int
+    fixed: frozenset[str] = frozenset()
 
 
 def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -> TimeBand | None:
@@ -63,7 +65,7 @@ def time_band(scop: Scop, node: isl.ScheduleNode, plain: list[dict[str, str]]) -
     for s in statements:
         for access in scop.statement(s).accesses:
             element = max(element, scop.program.tensor(access.tensor).dtype.storage_bytes)
-    return TimeBand(n, element)
+    return TimeBand(n, element, frozenset(fixed))
 
 
 def fixed_time(node: isl.ScheduleNode) -> set[str]:

@@ -91,13 +91,14 @@ def test_fdtd_innermost_loop_is_distributed_in_dependence_order(threads):
     (sequence,) = sequences
     # on one thread the copies into the first plane (S0_*) and out of the last (S2-S4) run in
     # the tiles too (scheduler/fusion.py), each in a j loop of its own
-    order = [names[0] for names in _filter_names(sequence)]
+    filters = _filter_names(sequence)
+    order = [names[0] for names in filters]
     steps = [name for name in order if name.startswith("S1_")]
     assert sorted(steps) == ["S1_1", "S1_2", "S1_3", "S1_4", "S1_5", "S1_6"]
     assert set(order) - set(steps) == (set() if threads > 1 else {"S0_1", "S0_2", "S0_3", "S2", "S3", "S4"})
     assert steps.index("S1_2") < steps.index("S1_5") and steps.index("S1_3") < steps.index("S1_5")
     for k in range(sequence.n_children()):
-        if not _filter_names(sequence)[k][0].startswith("S1_"):
+        if not filters[k][0].startswith("S1_"):
             continue
         inner = sequence.child(k).child(0)
         assert inner.get_type() == isl.schedule_node_type.band and inner.band_n_member() == 1
