@@ -15,6 +15,29 @@ from .graph import OpGraph, build_graph
 from .options import ScheduleOptions
 from .postpass import optimise_tree
 
+
+def padded_schedule(sched: isl.UnionMap) -> isl.UnionMap | None:
+    """`sched` with every statement's range in one anonymous space, padded with zeros to the
+    widest (isl pads the children of a sequence already; this makes it certain). None when
+    `sched` is empty."""
+    maps: list[isl.Map] = []
+    sched.foreach_map(maps.append)
+    if not maps:
+        return None
+    width = max(m.dim(isl.dim_type.out) for m in maps)
+    out = None
+    for m in maps:
+        n = m.dim(isl.dim_type.out)
+        m = m.reset_tuple_id(isl.dim_type.out)
+        if n < width:
+            m = m.add_dims(isl.dim_type.out, width - n)
+            for d in range(n, width):
+                m = m.fix_si(isl.dim_type.out, d, 0)
+        um = isl.UnionMap.from_map(m)
+        out = um if out is None else out.union(um)
+    return out
+
+
 # Bound on isl's work per scheduling call: beyond it we fall back to the textual order.
 _MAX_SCHEDULER_OPERATIONS = 2_000_000
 
@@ -34,11 +57,23 @@ class Schedule:
         return self.tree.get_map().intersect_domain(self.scop.domain())
 
     def violated_dependences(self) -> isl.UnionMap:
-        """The dependences this schedule does not respect (empty when legal)."""
-        sched = self.schedule_map()
+        """The dependences this schedule does not respect (empty when legal). The dependences
+        are mapped into the schedule's space and compared with one lexicographic order there:
+        building the order between every pair of statements' tiled schedules instead
+        (`lex_lt_union_map`) ran for minutes on heat-3d with tiles (4, 7, 3)."""
         deps = self.scop.dependences.all
-        respected = sched.lex_lt_union_map(sched)
-        return deps.subtract(respected)
+        sched = padded_schedule(self.schedule_map())
+        if sched is None:
+            return deps
+        maps: list[isl.Map] = []
+        sched.foreach_map(maps.append)
+        later_or_same = isl.UnionMap.from_map(isl.Map.lex_ge(maps[0].range().get_space()))
+        backwards = deps.apply_domain(sched).apply_range(sched).intersect(later_or_same)
+        scheduled = self.tree.get_domain()  # the tree's own domain: projecting the tiled map's is slow
+        unscheduled = deps.subtract_domain(scheduled).union(deps.subtract_range(scheduled))
+        if backwards.is_empty():
+            return unscheduled
+        return unscheduled.union(deps.intersect(sched.apply_range(backwards).apply_range(sched.reverse())))
 
     def verify(self) -> None:
         """Every dependence is respected and every statement scheduled; InternalError otherwise."""

@@ -36,7 +36,7 @@ import islpy as isl
 from polyhedral import Scop, StatementKind
 from polyhedral.scop import Dependences, original_order
 from polyhedral.sizes import compile_size_expr
-from scheduler import Schedule, compute_schedule
+from scheduler import Schedule, compute_schedule, padded_schedule
 from tensorlang import ir
 
 #: Moduli tried past the largest dependence distance along a dimension (a statement that reads
@@ -120,7 +120,7 @@ def plan_folding(
         return {}
     context = scop.params.fixed_context(sizes)
     domain = scop.domain().intersect_params(context)
-    sched = _flat(schedule_map.intersect_domain(domain))
+    sched = padded_schedule(schedule_map.intersect_domain(domain))
     if sched is None:
         return {}
     order = _happens_before(sched, scop.dependences.all.intersect_params(context))
@@ -174,27 +174,6 @@ def _candidates(scop: Scop, skip: set[str]) -> dict[ir.Tensor, tuple[isl.UnionMa
         for name, wr in found.items()
         if name not in bad and not wr[0].is_empty() and not wr[1].is_empty()
     }
-
-
-def _flat(sched: isl.UnionMap) -> isl.UnionMap | None:
-    """The schedule with every statement's range padded with zeros to one common dimension
-    (isl pads the children of a sequence already; this makes it certain)."""
-    maps: list[isl.Map] = []
-    sched.foreach_map(maps.append)
-    if not maps:
-        return None
-    width = max(m.dim(isl.dim_type.out) for m in maps)
-    out = None
-    for m in maps:
-        n = m.dim(isl.dim_type.out)
-        m = m.reset_tuple_id(isl.dim_type.out)
-        if n < width:
-            m = m.add_dims(isl.dim_type.out, width - n)
-            for d in range(n, width):
-                m = m.fix_si(isl.dim_type.out, d, 0)
-        um = isl.UnionMap.from_map(m)
-        out = um if out is None else out.union(um)
-    return out
 
 
 def _prefix_equal(space: isl.Space, k: int) -> isl.Map:

@@ -38,6 +38,7 @@ from .astgen import (
     loop_range,
     unwrap,
 )
+from .astscan import ALWAYS_CHECKED, MAX_INSTANCES, check_instances
 from .folding import FoldedTemporary, fold_storage, touches
 from .gemm_inits import folded_inits
 from .loops import loops_text
@@ -327,6 +328,15 @@ def plan_kernel(
     # lags: how far back a team's parallel loop depends (lowering/doacross.py), with threads only
     lags = transform and schedule.options.thread_count() > 1
     ast = build_ast(schedule, sizes, footprints=prefetch, lags=lags)
+    if sizes is not None:  # isl's AST generator has dropped iterations before (planning/astscan.py)
+        limit = MAX_INSTANCES if verification_enabled() else ALWAYS_CHECKED
+        problems = check_instances(scop, ast, sizes, limit)
+        if problems:
+            raise PlanError(
+                f"{program.name}: the loops generated for sizes {dict(sizes)} do not run the program's "
+                f"statements exactly once each ({'; '.join(problems)}); other tile sizes "
+                f"(Options(tile=...)) or Options(specialize=False) avoid the schedule that triggers it"
+            )
     # 4. storage: contracted temporaries, GEMM operand layouts, buffers shared between lifetimes
     gemm_variants = {
         gemm_variant(_dtype(program, p.c.tensor), options.gemm_blocking) for p in contractions.values()

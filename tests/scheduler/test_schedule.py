@@ -63,5 +63,8 @@ def test_violation_is_detected():
     )
     bad = Schedule(scop, tree, ScheduleOptions(), "test")
     assert not bad.violated_dependences().is_empty()
+    # exactly the dependences whose sink the schedule's lexicographic order puts first or level
+    sched = bad.schedule_map()
+    assert bad.violated_dependences().is_equal(scop.dependences.all.subtract(sched.lex_lt_union_map(sched)))
     with pytest.raises(InternalError, match="violates dependences"):
         bad.verify()
