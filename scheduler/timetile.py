@@ -182,7 +182,7 @@ def tile_time_band(
     points = tiles.child(0)
     jam = min(_JAM_STEPS, sizes[0])
     if members == 3 and not inner_carried and body is None and jam > 1 and sizes[0] % jam == 0:
-        return _jam_steps(points, jam), 1
+        return _jam_steps(points, jam, unshifted=wavefront), 1
     if n >= 3 and inner_carried:
         points = _inner_wavefront(points)
     elif body is not None:
@@ -190,7 +190,7 @@ def tile_time_band(
     return points, 1
 
 
-def _jam_steps(points: isl.ScheduleNode, steps: int) -> isl.ScheduleNode:
+def _jam_steps(points: isl.ScheduleNode, steps: int, unshifted: bool = False) -> isl.ScheduleNode:
     """Point loops (t, t + i, t + j) of a 2-d stencil's tile → (t / steps, t + i, t, t + j): the
     tile's time steps taken `steps` at a time, and within such a group, for each skewed row
     s = t + i, its `steps` rows (t, s - t), one per step, before the next s. Row s - t of step
@@ -198,13 +198,15 @@ def _jam_steps(points: isl.ScheduleNode, steps: int) -> isl.ScheduleNode:
     a step reads were written one or two rows of the sweep before and are still in L1, where
     step after step each 4 KB row came from L2 (1000² jacobi, 1 thread: 5.5-5.8 → 4.9-5.1 ms;
     2 steps 5.2, 8 steps 5.3 ms). A rectangular tiling (steps, 1) of the permutable (t, s)
-    members, outside the stride-1 member, so legal like the tile itself. Returns the node of the
+    members, outside the stride-1 member, so legal like the tile itself. `unshifted`: in a
+    wavefront, point loops over the band's own values (_tile_unshifted: isl dropped the odd
+    steps of jacobi-2d 2×3, T=7, tiles (2, 3, 5) over shifted ones). Returns the node of the
     new tile band (at `points`' position)."""
     ctx = points.get_ctx()
     outer = points.band_split(2) if points.band_n_member() > 2 else points  # j untiled: below already
     mv = isl.MultiVal.zero(outer.band_get_space())
     mv = mv.set_val(0, isl.Val.int_from_si(ctx, steps)).set_val(1, isl.Val.int_from_si(ctx, 1))
-    return outer.band_tile(mv)
+    return _tile_unshifted(outer, mv) if unshifted else outer.band_tile(mv)
 
 
 def _inner_edges(scop: Scop, node: isl.ScheduleNode) -> list[tuple[str, str, bool]]:
