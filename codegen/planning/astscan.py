@@ -12,6 +12,7 @@ once. It interprets the loops in Python, so the pipeline runs it only where that
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Mapping
 
@@ -46,20 +47,13 @@ def _trunc_rem(a: int, b: int) -> int:
     return a - b * _trunc_div(a, b)
 
 
-def _compile(e: isl.AstExpr) -> Eval:
-    """An isl AST expression as a function of the loop counters and parameters, with the
-    semantics the lowering gives it (lowering/loops.py ast_expr)."""
-    et = e.get_type()
-    if et == isl.ast_expr_type.int:
-        value = e.get_val().to_python()
-        return lambda env: value
-    if et == isl.ast_expr_type.id:
-        name = e.get_id().get_name()
-        return lambda env: env[name]
+@functools.cache
+def _binary() -> dict[object, Callable[[int, int], int]]:
+    """The binary operations of isl's AST expressions, with the lowering's semantics: `/` of a
+    `div` or `pdiv_q` truncates (its operands are such that it is exact or non-negative), `%`
+    truncates too (LLVM's srem), `fdiv_q` floors."""
     T = isl.ast_expr_op_type
-    op = e.get_op_type()
-    a = [_compile(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
-    binary: dict[object, Callable[[int, int], int]] = {
+    return {
         T.add: lambda x, y: x + y,
         T.sub: lambda x, y: x - y,
         T.mul: lambda x, y: x * y,
@@ -78,6 +72,22 @@ def _compile(e: isl.AstExpr) -> Eval:
         T.or_: lambda x, y: int(bool(x) or bool(y)),
         T.or_else: lambda x, y: int(bool(x) or bool(y)),
     }
+
+
+def _compile(e: isl.AstExpr) -> Eval:
+    """An isl AST expression as a function of the loop counters and parameters, with the
+    semantics the lowering gives it (lowering/loops.py ast_expr)."""
+    et = e.get_type()
+    if et == isl.ast_expr_type.int:
+        value = e.get_val().to_python()
+        return lambda env: value
+    if et == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return lambda env: env[name]
+    T = isl.ast_expr_op_type
+    op = e.get_op_type()
+    a = [_compile(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    binary = _binary()
     if op in binary:
         f, x, y = binary[op], a[0], a[1]
         return lambda env: f(x(env), y(env))
@@ -95,8 +105,9 @@ def _compile(e: isl.AstExpr) -> Eval:
 
 def scan(ast: LoopAst, params: Mapping[str, int], limit: int = MAX_INSTANCES) -> Counter:
     """(statement, instance) → how many times the AST runs it, with `params` (isl parameter
-    name → value) for the parameters it still names. Raises TooMany past `limit` instances."""
+    name → value) for the parameters it still names. Raises TooMany past `limit` runs."""
     runs: Counter = Counter()
+    total = [0]  # instances run, repeats included (bounds the scan's time)
     NT = isl.ast_node_type
 
     def compile_node(node: isl.AstNode) -> Callable[[Env], None]:
@@ -118,7 +129,8 @@ def scan(ast: LoopAst, params: Mapping[str, int], limit: int = MAX_INSTANCES) ->
 
             def user(env: Env) -> None:
                 runs[(name, tuple(f(env) for f in exprs))] += 1
-                if len(runs) > limit:
+                total[0] += 1
+                if total[0] > limit:
                     raise TooMany
 
             return user
@@ -202,9 +214,14 @@ def check_instances(
     missing = sorted(want - set(runs))
     extra = sorted(set(runs) - want)
     twice = sorted(k for k, n in runs.items() if n > 1)
-    for what, found in (("never", missing), ("outside the domain", extra), ("twice or more", twice)):
+    for what, found in (
+        ("never {run}", missing),
+        ("{run} outside the domain", extra),
+        ("{run} twice or more", twice),
+    ):
         if found:
             examples = ", ".join(f"{name}{list(point)}" for name, point in found[:4])
-            noun = "instance runs" if len(found) == 1 else "instances run"
-            problems.append(f"{len(found)} {noun} {what}: {examples}" + (", ..." if len(found) > 4 else ""))
+            one = len(found) == 1
+            said = f"{len(found)} instance{'' if one else 's'} " + what.format(run="runs" if one else "run")
+            problems.append(f"{said}: {examples}" + (", ..." if len(found) > 4 else ""))
     return problems
