@@ -20,6 +20,7 @@ import pytest
 import tensorlang as tl
 from codegen.planning import folding
 from polyhedral.sizes import compile_size_expr
+from scheduler import padded_schedule
 
 F32 = np.float32
 REPO = Path(__file__).resolve().parents[2]
@@ -294,7 +295,7 @@ def test_the_check_rejects_one_plane_for_jacobi_and_accepts_two():
     assert shapes["B"] == (6, 13)
     source = folding.original_order(scop.statements, scop.params)
     for schedule in (k.schedule.tree.get_map(), source):
-        sched = folding._flat(schedule.intersect_domain(scop.domain().intersect_params(context)))
+        sched = padded_schedule(schedule.intersect_domain(scop.domain().intersect_params(context)))
         order = folding._happens_before(sched, scop.dependences.all.intersect_params(context))
         # B(t) would overwrite B(t - 1) while its neighbours still read it
         assert not folding._legal(tensor, 0, 1, accesses, sched, order)
@@ -307,7 +308,7 @@ def test_loops_that_may_run_in_parallel_order_nothing():
     sizes = dict(N=13, T=6)
     k, scop, context, tensor, accesses = _check_inputs("jacobi1d", sizes)
     source = folding.original_order(scop.statements, scop.params)
-    sched = folding._flat(source.intersect_domain(scop.domain().intersect_params(context)))
+    sched = padded_schedule(source.intersect_domain(scop.domain().intersect_params(context)))
     order = folding._happens_before(sched, isl.UnionMap.empty(scop.dependences.all.get_space()))
     assert not folding._legal(tensor, 0, 2, accesses, sched, order)
 
