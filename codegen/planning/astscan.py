@@ -6,8 +6,9 @@ timetile.py `_tile_unshifted`), and the kernel returned a wrong result without a
 module runs the AST the way the lowering does (C division and remainder, every bound evaluated
 as the generated code evaluates it), counting the instances each leaf runs, and
 `check_instances` compares them with the Scop's domain at those sizes: every instance exactly
-once. It interprets the loops in Python, so the pipeline runs it only where that is cheap
-(`TENSORLANG_VERIFY`, small domains: plan_kernel); tests use it on the schedules they build.
+once. It interprets the loops in Python, so plan_kernel runs it only where that is cheap: on
+every specialised plan of at most ALWAYS_CHECKED instances (tiny calls, where the generator's
+corner cases showed), and up to MAX_INSTANCES under TENSORLANG_VERIFY (the tests).
 """
 
 from __future__ import annotations
