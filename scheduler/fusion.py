@@ -11,12 +11,12 @@ The `auto` cost model merges the next statement into the current region when
     e.g. softmax's row max and sum) or an input the region reads (e.g. atax reads A twice);
   * the fused schedule really fuses them: one outer loop spans the whole region;
   * it costs no parallelism: that outer loop is parallel whenever the region's was, unless the
-    kernel runs on one thread anyway.
-On one thread a statement also joins when the fused region's outer band is a time recurrence's
-skewed band in which it runs at one fixed time (a copy into the first plane or out of the last,
-_joins_time_band): the band is time-tiled, and the copy then runs row by row inside the tiles. A loop that carries only reductions threads may privatise
+    kernel runs on one thread anyway. A loop that carries only reductions threads may privatise
     counts as parallel (polyhedral/privatise.py: atax's y(j) += A(i, j) * t(i) in its loop over
     i), so fusion that pays on one thread is kept on several.
+On one thread a statement also joins when the fused region's outer band is a time recurrence's
+skewed band in which it runs at one fixed time (a copy into the first plane or out of the last,
+_joins_time_band): the band is time-tiled, and the copy then runs row by row inside the tiles.
 """
 
 from __future__ import annotations

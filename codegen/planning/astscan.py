@@ -2,7 +2,7 @@
 
 The loops the kernel runs come from isl's AST generator, which can be wrong: with a wavefront
 over shifted point loops it once dropped iterations (fdtd-2d, tiles (2, 3, 5), scheduler/
-timetile.py `_tile_unshifted`), and the kernel returned a wrong result without a word. This
+timetile.py `_tile`), and the kernel returned a wrong result without a word. This
 module runs the AST the way the lowering does (C division and remainder, every bound evaluated
 as the generated code evaluates it), counting the instances each leaf runs, and
 `check_instances` compares them with the Scop's domain at those sizes: every instance exactly

@@ -138,7 +138,7 @@ def test_a_2d_tile_runs_its_steps_four_at_a_time_row_by_row(threads):
     stays innermost, below; not for Gauss-Seidel (its inner wavefront), fdtd (its distributed
     body), 1-d or 3-d stencils."""
     (jam,) = _jam_bands(_schedule("jacobi2d", threads=threads))
-    # on threads the groups' point loops are unshifted (timetile._tile_unshifted): t, not t mod 4
+    # on threads the groups' point loops are unshifted (timetile._tile): t, not t mod 4
     assert ("((t) mod 4)" if threads == 1 else "-> [(t)]") in jam.child and "(t + j)" not in jam.child
     for name in ("jacobi1d", "heat3d", "seidel2d", "fdtd"):
         assert not _jam_bands(_schedule(name, threads=threads)), name
@@ -185,7 +185,7 @@ def test_one_thread_runs_deeper_2d_tiles():
     (two,) = _time_tile_bands(_schedule("jacobi2d", threads=2))
     assert "(t) mod 64" in one.schedule and "(t) mod 64" in one.below
     assert "floor((t)/16)" in two.schedule
-    # the wavefront's point loops are unshifted (timetile._tile_unshifted): groups of 4 steps of t
+    # the wavefront's point loops are unshifted (timetile._tile): groups of 4 steps of t
     assert "(t - (t) mod 4)" in two.below and "(t) mod 16" not in two.below
 
 

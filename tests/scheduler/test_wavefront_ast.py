@@ -3,7 +3,7 @@
 from a wavefront over shifted point loops (fdtd-2d, tiles (2, 3, 5), 2 threads: a wrong `ey` at
 1×1, T=17), and the odd steps of jacobi-2d's groups of steps in a tile (2×3, T=7); the
 wavefront's tiles and groups now use unshifted point loops (scheduler/timetile.py
-`_tile_unshifted`), and a plan whose loops miss, repeat or invent an instance is refused."""
+`_tile`), and a plan whose loops miss, repeat or invent an instance is refused."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_fdtd_wavefront_that_dropped_steps_matches_the_untransformed_kernel(shap
 def test_shifted_point_loops_are_refused_where_isl_drops_their_iterations(monkeypatch):
     """The old tiling (isl's shifted point loops under the wavefront): the plan is refused,
     naming the instances that never run, instead of returning a wrong ey."""
-    monkeypatch.setattr(timetile, "_tile_unshifted", lambda node, sizes: node.band_tile(sizes))
+    monkeypatch.setattr(timetile, "_tile", lambda node, sizes, unshifted: node.band_tile(sizes))
     k = tl.compile(CASES["fdtd"][0], options=tl.Options(threads=2, tile=(2, 3, 5)))
     sizes = _sizes("fdtd", (1, 1), 17)
     plan = None
