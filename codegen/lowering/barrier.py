@@ -133,24 +133,24 @@ MASK_CHUNKS = 24
 
 
 def define_claim(module: ir.Module) -> ir.Function:
-    """`i64 tl_team_claim(i64* ticket, i64* claims, i64 base, i64 parts, i64 me, i64 size)`: take
-    a chunk of the unit whose `parts` chunks are numbered from `base`, and return its number, or
-    -1 when none is left. A thread takes chunks of its own first, chunks base + [me * parts /
-    size, (me + 1) * parts / size), in order, then the others' from the last: when every thread
-    is on time, a unit's chunk k runs on the same thread as chunk k of the unit before (a time
-    tile on the thread that ran its neighbour, whose rows are in its cache), and a thread that
-    is late leaves its chunks to the others. Units of more than MASK_CHUNKS chunks are taken in
-    order from the `ticket` counter. Both are compare-and-swaps that never take a chunk of the
-    next unit (numbered from base + parts): those wait until every thread has finished this
-    one. The `claims` word holds the unit's base above its bits; a word of an earlier unit is
-    read as no chunk taken."""
+    """`i64 tl_team_claim(i64* ticket, i64* claims, i64 base, i64 parts, i64 own)`: take a chunk
+    of the unit whose `parts` chunks are numbered from `base`, and return its number, or -1 when
+    none is left. A thread takes the chunks of its own first, those whose bits are set in `own`
+    (bit k: chunk base + k), in order, then the others' from the last: when every thread is on
+    time, each runs the chunks the caller gave it (own_chunks: a contiguous share; in a
+    wavefront, the time tiles of the same rows as in the wavefront before, doacross.py), and a
+    thread that is late leaves its chunks to the others. Units of more than MASK_CHUNKS chunks
+    are taken in order from the `ticket` counter. Both are compare-and-swaps that never take a
+    chunk of the next unit (numbered from base + parts): those wait until every thread has
+    finished this one. The `claims` word holds the unit's base above its bits; a word of an
+    earlier unit is read as no chunk taken."""
     if CLAIM in module.globals:
         return module.globals[CLAIM]
     i64p = I64.as_pointer()
-    fn = ir.Function(module, ir.FunctionType(I64, [i64p, i64p, I64, I64, I64, I64]), name=CLAIM)
+    fn = ir.Function(module, ir.FunctionType(I64, [i64p, i64p, I64, I64, I64]), name=CLAIM)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
-    ticket, claims, base, parts, me, size = fn.args
+    ticket, claims, base, parts, own = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     none = fn.append_basic_block("claim.none")
     by_ticket = fn.append_basic_block("claim.ticket")
@@ -162,9 +162,6 @@ def define_claim(module: ir.Module) -> ir.Function:
     ctlz = declare_intrinsic(module, "llvm.ctlz.i64", I64, [I64, ir.IntType(1)])
     bits = _c64((1 << MASK_CHUNKS) - 1)
     full = b.sub(b.shl(_c64(1), parts), _c64(1))
-    own_lo = b.sdiv(b.mul(me, parts), size)
-    own_hi = b.sdiv(b.mul(b.add(me, _c64(1)), parts), size)
-    own = b.sub(b.shl(_c64(1), own_hi), b.shl(_c64(1), own_lo))
     head = b.append_basic_block("claim.mask.head")
     b.branch(head)
     b.position_at_end(head)
@@ -210,6 +207,14 @@ def define_claim(module: ir.Module) -> ir.Function:
     b.position_at_end(none)
     b.ret(_c64(-1))
     return fn
+
+
+def own_chunks(b: ir.IRBuilder, parts: ir.Value, me: ir.Value, size: ir.Value) -> ir.Value:
+    """The claim mask of thread `me` of `size` over a unit of `parts` chunks: its contiguous
+    share, chunks [me * parts / size, (me + 1) * parts / size)."""
+    own_lo = b.sdiv(b.mul(me, parts), size)
+    own_hi = b.sdiv(b.mul(b.add(me, _c64(1)), parts), size)
+    return b.sub(b.shl(_c64(1), own_hi), b.shl(_c64(1), own_lo))
 
 
 def define_wait(module: ir.Module) -> ir.Function:

@@ -6,8 +6,8 @@ nodes are split, run by every thread or by one are decided in planning/teams.py.
 of work (a split loop, cut into up to CHUNKS_PER_THREAD chunks of contiguous iterations per
 thread, or work one thread runs, one chunk) is numbered on from the units before it, the same on
 every thread: threads take its chunks (each its own share first, then the others' that are
-left: a time tile runs on the thread that ran its neighbour in the wavefront before, whose rows
-are in its cache), count them done, and wait until the unit's last chunk is done before the next
+left; in a doacross loop over time tiles, a thread's share is the tiles of its columns, so that
+a tile runs on the thread that wrote the rows it reads, doacross.py own_columns), count them done, and wait until the unit's last chunk is done before the next
 unit (barrier.py: tl_team_claim, tl_team_wait). A thread waits only for chunks another thread
 holds, so one that starts late or loses its core to another process delays the step by its
 chunk at most, and then catches up through the units already done without waiting. tl_team<n>
@@ -26,7 +26,7 @@ from ..emit import values as V
 from ..emit.gemm_team import TEAM_ABORT, TEAM_CHUNK_CLAIMS, TEAM_CHUNK_DONE, TEAM_CHUNK_TICKET, TEAM_SIZE
 from ..planning.astgen import contains_loop, unwrap
 from ..planning.teams import holds_team_split, is_team_split, split_bound
-from .barrier import define_claim, define_wait, mark_aborted
+from .barrier import define_claim, define_wait, mark_aborted, own_chunks
 from .doacross import Doacross
 from .wavefront import WaveLowering
 
@@ -193,7 +193,8 @@ class TeamLowering(WaveLowering):
                 self.loop_depth -= 1
                 self.lo, self.hi = saved
 
-        self._emit_unit(parts, chunk, doacross)
+        own = None if doacross is None else self.own_columns(doacross, init, step, count, parts)
+        self._emit_unit(parts, chunk, doacross, own)
 
     def emit_chunk_loop(
         self,
@@ -230,10 +231,15 @@ class TeamLowering(WaveLowering):
         self._emit_unit(ll.Constant(V.I64, 1), run)
 
     def _emit_unit(
-        self, parts: ll.Value, chunk: Callable[[ll.Value], None], doacross: Doacross | None = None
+        self,
+        parts: ll.Value,
+        chunk: Callable[[ll.Value], None],
+        doacross: Doacross | None = None,
+        own: ll.Value | None = None,
     ) -> None:
         """A unit of `parts` chunks, numbered on from the chunks of the units before it: take
-        chunks until none is left, run each (`chunk(k)` emits chunk k), count it done, then wait
+        chunks until none is left (this thread's `own` first, a mask of chunks: by default its
+        contiguous share), run each (`chunk(k)` emits chunk k), count it done, then wait
         until every chunk of the unit is done (what the next unit reads is written). In a
         doacross loop that runs on flags, each chunk is flagged done instead, and the next unit
         starts at once: its chunks wait for the ones they read from (doacross.py)."""
@@ -243,11 +249,11 @@ class TeamLowering(WaveLowering):
         head = b.append_basic_block("unit.claim")
         work = b.append_basic_block("unit.chunk")
         out = b.append_basic_block("unit.wait")
+        if own is None:
+            own = own_chunks(b, parts, self.team_index, self.team_size)
         b.branch(head)
         b.position_at_end(head)
-        taken = b.call(
-            self.claim, [self.team_ticket, self.team_claims, base, parts, self.team_index, self.team_size]
-        )
+        taken = b.call(self.claim, [self.team_ticket, self.team_claims, base, parts, own])
         b.cbranch(b.icmp_signed(">=", taken, ll.Constant(V.I64, 0)), work, out)
         b.position_at_end(work)
         self.unit_base = base

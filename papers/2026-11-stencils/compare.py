@@ -78,6 +78,13 @@ def main() -> None:
         print(
             f"{n:>12}: median {m * 1e3:9.2f} ms  min {min(ts) * 1e3:9.2f} ms  {flops / m / 1e9:6.1f} GFLOP/s"
         )
+    # the host is shared and its speed drifts over seconds: a ratio of two calls made one after the
+    # other in the same round sees the same phase, so the median of the rounds' ratios is steadier
+    # than the ratio of two medians
+    first, *others = times
+    for n in others if a.repeats >= 2 else ():
+        q = statistics.quantiles([a / b for a, b in zip(times[first], times[n])], n=4)
+        print(f"{first:>12} / {n}: per-round ratio median {q[1]:.2f} (quartiles {q[0]:.2f} - {q[2]:.2f})")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The loop team's chunk claims (lowering/barrier.py tl_team_claim), called directly: each thread
-takes its own chunks of a small unit first, then the others' from the last; every chunk is
+takes its own chunks of a small unit first (its contiguous share, own_chunks, or a mask such as
+a doacross loop's columns, doacross.column_mask), then the others' from the last; every chunk is
 taken exactly once, also by threads racing; a larger unit is taken in order from the ticket."""
 
 from __future__ import annotations
@@ -7,11 +8,34 @@ from __future__ import annotations
 import ctypes
 import threading
 
+import llvmlite.ir as ir
 import numpy as np
 import pytest
 from conftest import jit_exported
 
-from codegen.lowering.barrier import MASK_CHUNKS, define_claim
+from codegen.lowering.barrier import MASK_CHUNKS, define_claim, own_chunks
+from codegen.lowering.doacross import column_mask
+
+I64 = ir.IntType(64)
+
+
+def _define_share_claim(module: ir.Module) -> ir.Function:
+    """claim(ticket, claims, base, parts, me, size): tl_team_claim with thread me's contiguous
+    share as its own chunks, as a unit outside doacross loops claims."""
+    claim = define_claim(module)
+    p = I64.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(I64, [p, p, I64, I64, I64, I64]), name="share_claim")
+    ticket, claims, base, parts, me, size = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(b.call(claim, [ticket, claims, base, parts, own_chunks(b, parts, me, size)]))
+    return fn
+
+
+def _define_column_mask(module: ir.Module) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(I64, [I64] * 6), name="column_mask")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    b.ret(column_mask(b, *fn.args))
+    return fn
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +43,7 @@ def claim():
     """claim(ticket, claims, base, parts, me, size) from a module that exports tl_team_claim."""
     p = ctypes.c_void_p
     c = ctypes.c_int64
-    call = jit_exported(define_claim, ctypes.CFUNCTYPE(c, p, p, c, c, c, c))
+    call = jit_exported(_define_share_claim, ctypes.CFUNCTYPE(c, p, p, c, c, c, c))
     words = np.zeros(2, dtype=np.int64)  # [ticket, claims]
 
     def run(base: int, parts: int, me: int, size: int) -> int:
@@ -109,3 +133,69 @@ def test_racing_threads_take_every_chunk_exactly_once(claim, parts):
     for u in range(units):
         got = sorted(k for me in range(size) for k in taken[me][u])
         assert got == list(range(parts)), u
+
+
+@pytest.fixture(scope="module")
+def masked_claim():
+    """claim(base, parts, own) with an explicit mask of own chunks."""
+    p = ctypes.c_void_p
+    c = ctypes.c_int64
+    call = jit_exported(define_claim, ctypes.CFUNCTYPE(c, p, p, c, c, c))
+    words = np.zeros(2, dtype=np.int64)
+
+    def run(base: int, parts: int, own: int) -> int:
+        return call(words.ctypes.data, words.ctypes.data + 8, base, parts, own)
+
+    run.words = words
+    run.keep = call.keep
+    return run
+
+
+def test_a_thread_takes_the_chunks_of_its_mask_first_then_the_others_from_the_last(masked_claim):
+    masked_claim.words[:] = 0
+    taken = []
+    while (k := masked_claim(8, 7, 0b0101010)) >= 0:  # chunks 1, 3 and 5 its own
+        taken.append(k - 8)
+    assert taken == [1, 3, 5, 6, 4, 2, 0]
+    masked_claim.words[:] = 0
+    assert masked_claim(8, 7, 0) == 8 + 6  # no own chunk: the last
+
+
+@pytest.fixture(scope="module")
+def columns():
+    c = ctypes.c_int64
+    return jit_exported(_define_column_mask, ctypes.CFUNCTYPE(c, c, c, c, c, c, c))
+
+
+def _columns_model(init, step, count, parts, me, size):
+    mask = 0
+    for k in range(min(parts, MASK_CHUNKS)):
+        value = init + (count * k // parts) * step
+        if (value // step) % size == me:
+            mask |= 1 << k
+    return mask
+
+
+@pytest.mark.parametrize(
+    "init, step, count, parts, size",
+    [
+        (0, 64, 7, 7, 2),  # a wavefront of seven time tiles, one chunk each
+        (-384, 64, 7, 7, 2),  # columns below zero round down
+        (128, 64, 5, 5, 3),
+        (0, 1, 50, 8, 2),  # chunks of several values: each by its first
+        (64, 64, 40, 40, 2),  # more chunks than a mask holds: the first MASK_CHUNKS
+        (3, 7, 0, 0, 2),  # an empty unit
+    ],
+)
+def test_a_doacross_loops_threads_own_the_chunks_of_their_columns(columns, init, step, count, parts, size):
+    """column_mask deals the chunks by the column of their first value modulo the team, so that
+    a time tile runs on the thread that ran the tile below it, and every chunk has one owner."""
+    masks = [columns(init, step, count, parts, me, size) for me in range(size)]
+    assert masks == [_columns_model(init, step, count, parts, me, size) for me in range(size)]
+    union = 0
+    for m in masks:
+        assert union & m == 0
+        union |= m
+    assert union == (1 << min(parts, MASK_CHUNKS)) - 1
+    if (init, step, count) == (0, 64, 7):
+        assert masks == [0b1010101, 0b0101010]
