@@ -53,6 +53,10 @@ class FastCall:
     outputs: tuple[str, ...]  # the outputs' names, in the def's order
     input_shapes: tuple[tuple[int, ...], ...] = ()  # the signature: each input's shape and dtype
     input_dtypes: tuple[np.dtype, ...] = ()
+    # (slot, name, shape, dtype) of each temporary kept between calls (scratch.kept)
+    kept: tuple[tuple[int, str, tuple[int, ...], np.dtype], ...] = ()
+    # (bytes, slots) of each allocation that temporaries never live together share (spec.sharing)
+    shared: tuple[tuple[int, tuple[int, ...]], ...] = ()
     # (index, PYTHON_FLOAT or NUMPY_SCALAR) of each 0-d input given as a number, not an array
     scalars: tuple[tuple[int, str], ...] = ()
     # the kernel's Options.thread_count: a signature whose phases split dispatches natively for
@@ -61,10 +65,13 @@ class FastCall:
 
     @functools.cached_property
     def native(self):
-        """The NativeCall that checks and runs this signature in one native call, or None."""
+        """The NativeCall that checks and runs this signature in one native call, or None (also
+        for kept temporaries, which it does not take)."""
         from .nativecall import native_call
 
-        return native_call(self, self.input_shapes, self.input_dtypes) if self.input_shapes else None
+        if not self.input_shapes or self.kept or self.shared:
+            return None
+        return native_call(self, self.input_shapes, self.input_dtypes)
 
     @functools.cached_property
     def output_names(self) -> frozenset[str]:
@@ -114,6 +121,16 @@ class FastCall:
             pointers[slot] = start
             made.append(array)
         spec = self.spec
+        for nbytes, slots in self.shared:  # as specialise.shared_views: one allocation, per call
+            array = np.empty(nbytes, np.uint8)
+            made.append(array)  # (kept alive until the call returns)
+            for slot in slots:
+                pointers[slot] = where(array)
+        if self.kept:  # as the full path: the idle set if no other call holds it, else new ones
+            idle, keep = spec.scratch.take(), {}
+            for slot, name, shape, dtype in self.kept:
+                keep[name] = scratch.buffer(idle, name, shape, dtype, False)
+                pointers[slot] = where(keep[name])
         if self.inline:
             code, error = run_inline(spec.code.entry, pointers_address, spec.params_address, spec.plans)
         else:  # every thread's pointer array is this one: no temporary lives in a workspace
@@ -127,6 +144,8 @@ class FastCall:
                 spec.clock,
             )
         self._pointer_arrays.append((pointers, pointers_address))
+        if self.kept:
+            spec.scratch.give_back(keep)
         result = made[0] if len(self.outputs) == 1 else tuple(made[: len(self.outputs)])
         return code, error, result
 
@@ -185,11 +204,26 @@ def fast_call(
     temporaries: Sequence[tuple[str, tuple[int, ...], np.dtype]],
 ) -> FastCall | None:
     """The FastCall of a specialisation (inputs, outputs and temporaries with their shapes and
-    dtypes), or None when it needs the full path."""
-    if spec.layouts or spec.sharing or spec.contracted:
+    dtypes; temporaries of scratch.kept sizes are kept between calls, those spec.sharing
+    assigns share an allocation), or None when it needs the full path."""
+    if spec.layouts or spec.contracted:
         return None
     slot = {name: i for i, name in enumerate(spec.buffers)}
-    allocations = tuple((slot[name], shape, dtype) for name, shape, dtype in (*outputs, *temporaries))
+    shared_bytes: dict[int, int] = {}
+    shared_slots: dict[int, list[int]] = {}
+    for name, shape, dtype in temporaries:  # never folded (planning: plan_buffer_sharing)
+        if name in spec.sharing:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            index = spec.sharing[name]
+            shared_bytes[index] = max(shared_bytes.get(index, 0), nbytes)
+            shared_slots.setdefault(index, []).append(slot[name])
+    shared = tuple((max(1, shared_bytes[i]), tuple(shared_slots[i])) for i in sorted(shared_bytes))
+    temporaries = [t for t in temporaries if t[0] not in spec.sharing]
+    per_call = [t for t in temporaries if not scratch.kept(t[1], t[2])]
+    kept = tuple(
+        (slot[name], name, shape, dtype) for name, shape, dtype in temporaries if scratch.kept(shape, dtype)
+    )
+    allocations = tuple((slot[name], shape, dtype) for name, shape, dtype in (*outputs, *per_call))
     return FastCall(
         spec,
         sizes,
@@ -199,6 +233,8 @@ def fast_call(
         tuple(n for n, _, _ in outputs),
         tuple(shape for _, shape, _ in inputs),
         tuple(dtype for _, _, dtype in inputs),
+        kept,
+        shared,
     )
 
 
@@ -226,6 +262,15 @@ def signature(inputs: Sequence[object], dtypes: Sequence[np.dtype]) -> tuple | N
         else:
             return None
     return tuple(key)
+
+
+def keyed(key: tuple | None, keyword_sizes: dict[str, object]) -> tuple | None:
+    """The key of a call with sizes given by keyword: its input signature `key` and the sizes,
+    when each is a Python int (a NumPy integer, say, takes the full path, which checks it); the
+    tag keeps it apart from a signature without keyword sizes."""
+    if key is None or any(type(v) is not int for v in keyword_sizes.values()):
+        return None
+    return ("sizes", key, tuple(sorted(keyword_sizes.items())))
 
 
 def scalar_as_array(value: object, dtype: np.dtype) -> np.ndarray | None:
@@ -261,9 +306,6 @@ def for_call(
             (t.name, spec.storage_shape(t.name, shapes[t.name]), np.dtype(t.dtype.numpy_name))
             for t in tensors
         ]
-
-    if any(scratch.kept(shape, dtype) for _, shape, dtype in described(interface.temporaries)):
-        return None  # the full path keeps them between calls (scratch.py); milliseconds a call
 
     fast = fast_call(
         spec,

@@ -183,10 +183,12 @@ class Kernel:
         count, say) by keyword, `k(A, T=100)`; `out=` as documented in the README."""
         fast = None if keyword_sizes else self._native  # the last signature, checked natively
         ran = fast.native.run(inputs, out) if fast is not None else None
-        if ran is None and not keyword_sizes:
-            fast = self._fast.get(fastcall.signature(inputs, self._input_dtypes))
+        if ran is None:
+            key = fastcall.signature(inputs, self._input_dtypes)
+            fast = self._fast.get(fastcall.keyed(key, keyword_sizes) if keyword_sizes else key)
             ran = fast.run(inputs, out, self.options.thread_count) if fast is not None else None
-            self._native = fast if ran is not None and fast.native is not None else self._native
+            if not keyword_sizes:
+                self._native = fast if ran is not None and fast.native is not None else self._native
         if ran is not None:  # a signature that passed every check before: few steps
             if fast.sizes is not self._newest:  # a call keeps its machine code the most recently used
                 with self._cache_lock:
@@ -253,9 +255,10 @@ class Kernel:
             else storage[t.name]
             for t in program.outputs
         )
-        key = None if keyword_sizes else fastcall.signature(inputs, self._input_dtypes)
+        signature = fastcall.signature(inputs, self._input_dtypes)
+        key = fastcall.keyed(signature, keyword_sizes) if keyword_sizes else signature
         if key is not None and all(a is v for a, v in zip(arrays, inputs) if type(v) is np.ndarray):
-            fast = fastcall.for_call(spec, program, sizes, shapes, key, self.options.thread_count)
+            fast = fastcall.for_call(spec, program, sizes, shapes, signature, self.options.thread_count)
             with self._cache_lock:
                 if fast is not None and any(s is spec for s in self._cache.values()):  # not evicted
                     self._fast[key] = fast

@@ -46,21 +46,68 @@ def test_read_only_inputs():
     assert k._fast
 
 
-def test_temporaries_in_shared_storage_keep_the_full_path():
+def test_temporaries_in_shared_storage_take_the_fast_path():
     k = tl.compile(TEMP)
     a = np.arange(9, dtype=np.float32)
-    for _ in range(2):
-        np.testing.assert_array_equal(k(a), a[::-1] * 2 + 1)
-    assert not k._fast
+    results = [k(a) for _ in range(3)]
+    for r in results:
+        np.testing.assert_array_equal(r, a[::-1] * 2 + 1)
+    (fast,) = k._fast.values()
+    assert fast.shared and fast.native is None  # one allocation a call, as the full path makes
+    assert not np.shares_memory(results[1], results[2])
 
 
-@pytest.mark.parametrize("variant", ["keyword", "list", "strided"])
+def _full_path_taken(*_):
+    raise AssertionError("the full path ran")
+
+
+RECURRENCE = """def acc(float(N) A) -> (O) {
+  B(t, i) = A(i) where t in 0:1, i in 0:N
+  B(t, i) = B(t-1, i) + 1 where t in 1:T, i in 0:N
+  O(i) = B(T - 1, i) where i in 0:N
+}"""
+
+
+def test_sizes_given_by_keyword_take_the_fast_path_with_their_values_in_the_key():
+    k = tl.compile(RECURRENCE)
+    a = np.arange(7, dtype=np.float32)
+    for steps in (5, 5, 2, 5):
+        np.testing.assert_array_equal(k(a, T=steps), a + steps - 1)
+    assert sorted(key[2] for key in k._fast) == [(("T", 2),), (("T", 5),)]
+    assert all(key[0] == "sizes" for key in k._fast)
+    k._specialisation = _full_path_taken
+    np.testing.assert_array_equal(k(a, T=2), a + 1)
+    del k._specialisation
+    # the full path's checks still apply: a value of another type is never looked up
+    np.testing.assert_array_equal(k(a, T=np.int64(5)), a + 4)
+    for bad in (5.0, True, -1):
+        with pytest.raises(tl.ArgumentError, match="size T must be an integer"):
+            k(a, T=bad)
+    with pytest.raises(tl.ArgumentError, match="N=6 but the input shapes give N = 7"):
+        k(a, T=5, N=6)
+    assert len(k._fast) == 2
+
+
+def test_kept_temporaries_take_the_fast_path_and_are_reused():
+    k = tl.compile(RECURRENCE)
+    n = (4 << 20) // 4 + 1  # B folded to two planes of n floats: kept between calls (scratch.py)
+    a = np.random.default_rng(0).integers(-1000, 1000, n).astype(np.float32)  # sums exact
+    np.testing.assert_array_equal(k(a, T=4), a + 3)
+    np.testing.assert_array_equal(k(a, T=4), a + 3)
+    (fast,) = k._fast.values()
+    assert [name for _, name, _, _ in fast.kept] == ["B"]
+    held = fast.spec.scratch._idle["B"]
+    k._specialisation = _full_path_taken
+    for steps in (4, 4):
+        np.testing.assert_array_equal(k(a, T=steps), a + steps - 1)
+    assert fast.spec.scratch._idle["B"] is held  # the same mapping, call after call
+
+
+@pytest.mark.parametrize("variant", ["list", "strided"])
 def test_other_signatures_use_the_full_path(variant):
     k = tl.compile(ADD)
     a, b = _pair(5)
-    if variant == "keyword":
-        c, _ = k(a, b, N=5)
-    elif variant == "list":
+    if variant == "list":
         c, _ = k([float(x) for x in a], b)
     else:
         strided = np.zeros(10, np.float32)[::2]
