@@ -81,7 +81,7 @@ def test_a_temporary_read_before_written_is_zeroed_again(keep_everything):
     assert set(_spec(k).scratch._idle) == {"S"}
 
 
-def test_a_kernel_with_a_kept_temporary_has_no_fast_path(keep_everything):
+def test_a_kernel_accumulating_without_initialisation_has_no_fast_path(keep_everything):
     A = np.random.default_rng(4).random((11, 6), dtype=np.float32)
     with pytest.warns(tl.TensorLangWarning, match="without initialization"):
         k = tl.compile(ACCUMULATED)
@@ -91,12 +91,14 @@ def test_a_kernel_with_a_kept_temporary_has_no_fast_path(keep_everything):
 
 
 def test_concurrent_calls_never_share_a_kept_buffer(keep_everything):
-    """Python threads calling one kernel at once: each call takes the idle set or makes its own."""
+    """Python threads calling one kernel at once: each call takes the idle set or makes its own
+    (on the fast path, fastcall.py, as on the full one)."""
     rng = np.random.default_rng(5)
     inputs = [rng.random((17, 23), dtype=np.float32) for _ in range(4)]
     wants = [jacobi_2d_reference(A, 7) for A in inputs]
     k = tl.compile(JACOBI_2D_RECURRENCE)
     k(inputs[0], T=7)
+    assert [f.kept[0][1] for f in k._fast.values()] == ["B"]
     failures = []
 
     def worker(n: int) -> None:
