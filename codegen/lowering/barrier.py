@@ -138,8 +138,8 @@ def define_claim(module: ir.Module) -> ir.Function:
     none is left. A thread takes the chunks of its own first, those whose bits are set in `own`
     (bit k: chunk base + k), in order, then the others' from the last: when every thread is on
     time, each runs the chunks the caller gave it (own_chunks: a contiguous share; in a
-    wavefront, the time tiles of the same rows as in the wavefront before, doacross.py), and a
-    thread that is late leaves its chunks to the others. Units of more than MASK_CHUNKS chunks
+    doacross loop, the time tiles of its columns, doacross.column_mask), and a thread that is
+    late leaves its chunks to the others. Units of more than MASK_CHUNKS chunks
     are taken in order from the `ticket` counter. Both are compare-and-swaps that never take a
     chunk of the next unit (numbered from base + parts): those wait until every thread has
     finished this one. The `claims` word holds the unit's base above its bits; a word of an

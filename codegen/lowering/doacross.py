@@ -233,15 +233,17 @@ def column_mask(
 ) -> ll.Value:
     """The claim mask (barrier.py tl_team_claim) of thread `me` of a team of `size` in a unit of
     `parts` chunks of a parallel loop's `count` values from `init` by `step`: the chunks whose
-    first value v lies in a column v / step (rounded down) that is `me` modulo `size`. In a wavefront of time tiles (c0 = K + M, c1 = step * M), tile
-    (K, M) then runs on the thread that ran (K - 1, M) in the wavefront before, which wrote
-    the rows it reads: only the rows at the edge of a column, written by its neighbour
-    (K, M - 1), cross to the other core. Dealt cyclically, a wavefront's tiles alternate
-    between threads, and its shares stay about equal with a short last time tile.
-    jacobi-2d 1000² T=100 on 2 threads, 161 rounds each against one thread in one process,
-    p10 of the calls: 6.92 and 7.21 ms by columns, 7.05 and 7.43 ms by contiguous shares
-    (barrier.own_chunks, which keep blocks of rows K in steady state), 7.47 and 7.76 ms by
-    rows (K modulo the size: every tile's rows come from the other core)."""
+    first value v lies in a column v / step (rounded down) that is `me` modulo `size`.
+
+    In a wavefront of time tiles (c0 = K + M, c1 = step * M), tile (K, M) then runs on the
+    thread that ran (K - 1, M) in the wavefront before, which wrote the rows it reads: only the
+    rows at the edge of a column, written by its neighbour (K, M - 1), cross to the other core.
+    Dealt cyclically, a wavefront's tiles alternate between threads, and its shares stay about
+    equal with a short last time tile. jacobi-2d 1000² T=100 on 2 threads, 161 rounds each
+    against one thread in one process, p10 of the calls: 6.92 and 7.21 ms by columns, 7.05 and
+    7.43 ms by contiguous shares (barrier.own_chunks, which keep blocks of rows K in steady
+    state), 7.47 and 7.76 ms by rows (K modulo the size: every tile's rows come from the other
+    core)."""
     zero, one = _c64(0), _c64(1)
     before = b.block
     head = b.append_basic_block("own.head")

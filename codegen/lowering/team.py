@@ -7,8 +7,9 @@ of work (a split loop, cut into up to CHUNKS_PER_THREAD chunks of contiguous ite
 thread, or work one thread runs, one chunk) is numbered on from the units before it, the same on
 every thread: threads take its chunks (each its own share first, then the others' that are
 left; in a doacross loop over time tiles, a thread's share is the tiles of its columns, so that
-a tile runs on the thread that wrote the rows it reads, doacross.py own_columns), count them done, and wait until the unit's last chunk is done before the next
-unit (barrier.py: tl_team_claim, tl_team_wait). A thread waits only for chunks another thread
+a tile runs on the thread that wrote the rows it reads, doacross.py column_mask), count them
+done, and wait until the unit's last chunk is done before the next unit (barrier.py:
+tl_team_claim, tl_team_wait). A thread waits only for chunks another thread
 holds, so one that starts late or loses its core to another process delays the step by its
 chunk at most, and then catches up through the units already done without waiting. tl_team<n>
 may leave early (a failed run-time check, a cancel): the wrapper then sets the team's abort

@@ -66,7 +66,7 @@ class FastCall:
     @functools.cached_property
     def native(self):
         """The NativeCall that checks and runs this signature in one native call, or None (also
-        for kept temporaries, which it does not take)."""
+        for kept temporaries and shared storage, which it does not allocate)."""
         from .nativecall import native_call
 
         if not self.input_shapes or self.kept or self.shared:
