@@ -29,7 +29,7 @@ import numpy as np
 from ..planning.runs import PhasePlan
 from . import scratch
 from .parallel import _NEVER_ADDRESS, INT64_MAX, INT64_MIN, run_phases, runs_inline
-from .specialise import Specialisation
+from .specialise import Specialisation, shared_bytes
 
 _BYTE = ctypes.c_char
 
@@ -209,15 +209,12 @@ def fast_call(
     if spec.layouts or spec.contracted:
         return None
     slot = {name: i for i, name in enumerate(spec.buffers)}
-    shared_bytes: dict[int, int] = {}
-    shared_slots: dict[int, list[int]] = {}
-    for name, shape, dtype in temporaries:  # never folded (planning: plan_buffer_sharing)
-        if name in spec.sharing:
-            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            index = spec.sharing[name]
-            shared_bytes[index] = max(shared_bytes.get(index, 0), nbytes)
-            shared_slots.setdefault(index, []).append(slot[name])
-    shared = tuple((max(1, shared_bytes[i]), tuple(shared_slots[i])) for i in sorted(shared_bytes))
+    # shared temporaries are never folded (planning: plan_buffer_sharing): storage shape = shape
+    sizes_of = shared_bytes(spec.sharing, temporaries)
+    shared = tuple(
+        (n, tuple(slot[name] for name, _, _ in temporaries if spec.sharing.get(name) == index))
+        for index, n in sorted(sizes_of.items())
+    )
     temporaries = [t for t in temporaries if t[0] not in spec.sharing]
     per_call = [t for t in temporaries if not scratch.kept(t[1], t[2])]
     kept = tuple(

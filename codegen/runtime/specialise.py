@@ -119,15 +119,22 @@ def recorded_code(record: CallRecord, ir_text: Callable[[], str]) -> MachineCode
         return None
 
 
+def shared_bytes(sharing: Mapping[str, int], tensors) -> dict[int, int]:
+    """Bytes of each shared slot: the largest of the temporaries `sharing` assigns to it, from
+    `tensors`, (name, shape, dtype) of each temporary (others are skipped); at least 1."""
+    sizes_of: dict[int, int] = {}
+    for name, shape, dtype in tensors:
+        if name in sharing:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            sizes_of[sharing[name]] = max(sizes_of.get(sharing[name], 1), nbytes)
+    return sizes_of
+
+
 def shared_views(spec: Specialisation, interface, shapes) -> dict[str, np.ndarray]:
     """Views of one allocation per shared slot for the temporaries `spec.sharing` assigns to
     it (temporaries whose lifetimes never overlap), each sized for the largest of its tenants."""
-    sizes_of: dict[int, int] = {}
-    for name, slot in spec.sharing.items():
-        t = interface.tensor(name)
-        nbytes = int(np.prod(shapes[name], dtype=np.int64)) * np.dtype(t.dtype.numpy_name).itemsize
-        sizes_of[slot] = max(sizes_of.get(slot, 0), nbytes)
-    slots = {slot: np.empty(max(1, n), dtype=np.uint8) for slot, n in sizes_of.items()}
+    tenants = [(name, shapes[name], interface.tensor(name).dtype.numpy_name) for name in spec.sharing]
+    slots = {slot: np.empty(n, dtype=np.uint8) for slot, n in shared_bytes(spec.sharing, tenants).items()}
     views = {}
     for name, slot in spec.sharing.items():
         dtype = np.dtype(interface.tensor(name).dtype.numpy_name)
