@@ -189,8 +189,20 @@ def test_one_thread_runs_deeper_2d_tiles():
     assert "(t - (t) mod 4)" in two.below and "(t) mod 16" not in two.below
 
 
-@pytest.mark.parametrize("name", ["jacobi2d", "fdtd"])
-def test_deep_tiles_over_several_bands_match_the_untransformed_kernel(name):
+_EVERY_SHAPE = ((3, 5), (13, 7), (37, 70))
+
+
+@pytest.mark.parametrize(
+    ("name", "shapes", "steps"),
+    [
+        # the default tier: one odd grid, T past one and two 64-step tiles
+        pytest.param("jacobi2d", ((13, 7),), (65, 130), id="jacobi2d-13x7"),
+        # every shape and one T short of a tile: 18 specialisations a kernel (38 s on 2 cores)
+        pytest.param("jacobi2d", _EVERY_SHAPE, (63, 65, 130), id="jacobi2d", marks=pytest.mark.slow),
+        pytest.param("fdtd", _EVERY_SHAPE, (63, 65, 130), id="fdtd", marks=pytest.mark.slow),
+    ],
+)
+def test_deep_tiles_over_several_bands_match_the_untransformed_kernel(name, shapes, steps):
     """T past one and two 64-step tiles (65, 130), on grids narrower and shorter than a tile's
     rows and at odd, prime shapes: every band boundary, partial tile and group of steps."""
     src, ref, _ = CASES[name]
@@ -198,8 +210,8 @@ def test_deep_tiles_over_several_bands_match_the_untransformed_kernel(name):
     k = tl.compile(src, options=tl.Options(threads=1))
     reference = tl.compile(src, options=tl.Options(optimize=False))
     rng = np.random.default_rng(5)
-    for shape in [(3, 5), (13, 7), (37, 70)]:
-        for t in (63, 65, 130):
+    for shape in shapes:
+        for t in steps:
             args = _args(kind, shape, t, rng)
             got, want = _as_tuple(k(*args)), _as_tuple(reference(*args))
             for g, w in zip(got, want, strict=True):
