@@ -197,7 +197,7 @@ _EVERY_SHAPE = ((3, 5), (13, 7), (37, 70))
     [
         # the default tier: one odd grid, T past one and two 64-step tiles
         pytest.param("jacobi2d", ((13, 7),), (65, 130), id="jacobi2d-13x7"),
-        # every shape and one T short of a tile: 18 specialisations a kernel (38 s on 2 cores)
+        # every shape, and one T short of a tile: 9 sizes, 18 specialisations (here 22 s and 16 s)
         pytest.param("jacobi2d", _EVERY_SHAPE, (63, 65, 130), id="jacobi2d", marks=pytest.mark.slow),
         pytest.param("fdtd", _EVERY_SHAPE, (63, 65, 130), id="fdtd", marks=pytest.mark.slow),
     ],
