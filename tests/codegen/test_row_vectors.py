@@ -224,3 +224,28 @@ def test_invariant_reads_and_two_tensors(n, monkeypatch):
     want = alpha * (a[:, :-1] + a[:, 1:]) - w[:, :-1]
     np.testing.assert_allclose(kernel(SCALED, ONE_THREAD)(a, w, alpha), want, rtol=1e-5, atol=1e-5)
     assert row_statements(SCALED, ONE_THREAD, dict(N=4, M=100), monkeypatch) == {"S0"}
+
+
+def test_every_row_length_up_to_five_blocks_with_one_compiled_kernel(monkeypatch):
+    """Rows of 4 to 93 points through one generic kernel each: the head block, pairs of unmasked
+    blocks, the one more whole block after the pairs (row_vectors.emit) or none, and one or two
+    masked blocks at the end, at every offset of the rows' starts against the vector grid.
+    Bitwise the scalar loop's results. SHIFT_UP works in place, so a block stored past its row
+    would change the next row before that row reads it."""
+    generic = tl.Options(threads=1, specialize=False)
+    unfused = dataclasses.replace(generic, fusion="none")
+    sizes = dict(N=3, M=64)
+    assert row_statements(SMOOTH, generic, sizes, monkeypatch) == {"S0"}
+    assert row_statements(SHIFT_UP, unfused, sizes, monkeypatch) == {"S1"}
+    rng = np.random.default_rng(7)
+    for n in range(4, 94):
+        a = rng.standard_normal((3, n)).astype(np.float32)
+        for src, options in ((SMOOTH, generic), (SHIFT_UP, unfused)):
+            got = kernel(src, options)(a)
+            same = kernel(src, dataclasses.replace(options, vectorize=False))(a)
+            np.testing.assert_array_equal(got, same, err_msg=f"{n}")
+        smooth = 0.25 * a[:, :-3] + 0.5 * a[:, 1:-2] + 0.25 * a[:, 2:-1] - a[:, 3:] / 3.0
+        np.testing.assert_allclose(kernel(SMOOTH, generic)(a), smooth, rtol=1e-5, atol=1e-5, err_msg=f"{n}")
+        up = a.copy()
+        up[:, :-1] = a[:, :-1] + a[:, 1:]
+        np.testing.assert_array_equal(kernel(SHIFT_UP, unfused)(a), up, err_msg=f"{n}")
