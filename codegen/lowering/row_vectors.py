@@ -7,11 +7,11 @@ group (row_analysis.ReadGroup) is loaded once per block of lanes, at the address
 store implies, and its shifted values are `shufflevector`s of consecutive loads (one `valignd`),
 the previous block's load carried in a register. The row runs on one grid of blocks aligned to
 the store's address: a block with a masked store before the first aligned one, unmasked blocks
-(two per iteration, then one more while whole), blocks with masked stores to the end (one masked block's code serves both
-ends). Loads are never masked: a row runs as vectors only where every vector its blocks load
-lies inside its tensor's allocation (all but a tensor's first and last rows; those, and rows
-shorter than two blocks, run the scalar loop), so nothing is read out of bounds and nothing
-outside the row written. Every lane computes the scalar expression in its order (no
+(two per iteration, then one more where a whole block is left), blocks with masked stores to the
+end (one masked block's code serves both ends). Loads are never masked: a row runs as vectors
+only where every vector its blocks load lies inside its tensor's allocation (all but a tensor's
+first and last rows; those, and rows shorter than two blocks, run the scalar loop), so nothing
+is read out of bounds and nothing outside the row written. Every lane computes the scalar expression in its order (no
 reassociation), and each block reads before it stores (row_analysis proves that this keeps the
 loop's order).
 """
