@@ -11,9 +11,9 @@ the store's address: a block with a masked store before the first aligned one, u
 end (one masked block's code serves both ends). Loads are never masked: a row runs as vectors
 only where every vector its blocks load lies inside its tensor's allocation (all but a tensor's
 first and last rows; those, and rows shorter than two blocks, run the scalar loop), so nothing
-is read out of bounds and nothing outside the row written. Every lane computes the scalar expression in its order (no
-reassociation), and each block reads before it stores (row_analysis proves that this keeps the
-loop's order).
+is read out of bounds and nothing outside the row written. Every lane computes the scalar
+expression in its order (no reassociation), and each block reads before it stores (row_analysis
+proves that this keeps the loop's order).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -119,7 +119,9 @@ def recorded_code(record: CallRecord, ir_text: Callable[[], str]) -> MachineCode
         return None
 
 
-def shared_bytes(sharing: Mapping[str, int], tensors) -> dict[int, int]:
+def shared_bytes(
+    sharing: Mapping[str, int], tensors: Iterable[tuple[str, Sequence[int], object]]
+) -> dict[int, int]:
     """Bytes of each shared slot: the largest of the temporaries `sharing` assigns to it, from
     `tensors`, (name, shape, dtype) of each temporary (others are skipped); at least 1."""
     sizes_of: dict[int, int] = {}
