@@ -131,11 +131,10 @@ class _RowEmitter:
         indices = {var: low.ast_expr(expr, {**env, name: js}) for var, expr in leaf.index_exprs}
         low.leaf_statement = PolyLeafContext(low.scop.statement(leaf.statement).name, st, indices)
         self.wptr = low.address(st.tensor, st.lhs, None)
-        self.gptr, self.spans = [], []
+        self.gptr = []
         for g in row.groups:
             rep = low.address(g.tensor, g.rep.indices, g.rep)
             self.gptr.append(b.gep(rep, [ll.Constant(V.I64, -g.rep_offset)]))
-            self.spans.append(low.storage_span(g.tensor, g.rep.indices))
         self.invariant: dict[ir.Read, ll.Value] = {}
         mty = ll.VectorType(V.I1, lanes)
         suffix = f"v{lanes}{'f32' if self.esize == 4 else 'f64'}"
@@ -300,17 +299,29 @@ class _RowEmitter:
         ok = ll.Constant(V.I1, 1)
         for g, group in enumerate(self.row.groups):
             qlo, qhi = group.vector_range(lanes)
-            start, numel = self.spans[g]  # (a plane kept in an input's or output's memory: that)
-            base = b.ptrtoint(start, V.I64)
+            base = b.ptrtoint(self.low.pointers[group.tensor], V.I64)
             first = b.ashr(b.sub(b.ptrtoint(self.gptr[g], V.I64), base), self.c(self.esize.bit_length() - 1))
             lowest = b.add(first, b.add(head, self.c(lanes * qlo)))
             highest = b.add(first, b.add(self.n, self.c(lanes * qhi + lanes - 2)))  # blocks start below n
             inside = b.and_(
                 b.icmp_signed(">=", lowest, self.c(0)),
-                b.icmp_signed("<", highest, numel),
+                b.icmp_signed("<", highest, self.numel(group.tensor)),
             )
             ok = b.and_(ok, inside)
         return ok
+
+    def numel(self, tensor: str) -> ll.Value:
+        """Elements allocated for `tensor`: its outermost stored dimension's stride × extent."""
+        low = self.low
+        order = low.layouts.get(tensor, tuple(range(low.program.tensor(tensor).rank)))
+        outer = order[0]
+        fold = low.plan.folded.get(tensor)
+        extent = (
+            ll.Constant(V.I64, fold.modulus)
+            if fold is not None and fold.dim == outer
+            else low.extent(tensor, outer)
+        )
+        return self.b.mul(low.element_strides(tensor)[outer], extent)
 
     def head_block(self) -> ll.Value:
         """The first block's start (from js): the store's address aligned to a whole vector,

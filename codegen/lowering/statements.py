@@ -37,8 +37,6 @@ class StatementLowering(LoweringState):
         self.leaf_statement = ctx
         st = stmt.statement
         target = self.program.tensor(st.tensor)
-        if stmt.name in self.plan.elided:  # a copy into or out of a plane kept in that tensor's memory
-            return
         if stmt.name in self.plans:
             self.emit_gemm(self.plans[stmt.name], target.dtype)
             return
@@ -97,61 +95,14 @@ class StatementLowering(LoweringState):
         for check, d in self.checks_of.get((self.leaf_statement.name, read), ()):
             require_in_range(b, self.error_ptr, idx[d], self.extent(tensor, d), check, d)
         fold = self.plan.folded.get(tensor)
-        plane = idx[fold.dim] if fold is not None else None
         if fold is not None:
             # the slot of a folded dimension: the index is in bounds, so non-negative (urem by a
             # constant is a multiply and shift, hoisted out of the inner loops with the index)
             idx[fold.dim] = b.urem(idx[fold.dim], ll.Constant(V.I64, fold.modulus))
-        ptr = self.element_address(
-            self.pointers[tensor] if base is None else base, idx, self.element_strides(tensor)
-        )
-        if fold is not None and fold.aliases and base is None:
-            # planes kept in an input's or output's memory (plane_alias.py): the same element
-            # there, chosen per plane (the plane is invariant in a row: selected once per row)
-            rest = [i for d, i in enumerate(idx) if d != fold.dim]
-            for alias in fold.aliases:
-                there = self.element_address(
-                    self.pointers[alias.tensor], rest, self.element_strides(alias.tensor)
-                )
-                ptr = b.select(b.icmp_signed("==", plane, ll.Constant(V.I64, alias.plane)), there, ptr)
-        return ptr
-
-    def storage_span(self, tensor: str, subscripts: tuple[ir.Expr, ...]) -> tuple[ll.Value, ll.Value]:
-        """(the first element, the number of elements) of the allocation that holds `tensor`'s
-        element at `subscripts`: its own, or for a plane kept in an input's or output's memory
-        (plane_alias.py), that tensor's."""
-        b = self.b
-        base, numel = self.pointers[tensor], self.allocated_elements(tensor)
-        fold = self.plan.folded.get(tensor)
-        if fold is not None and fold.aliases:
-            plane = self.index_value(subscripts[fold.dim])
-            for alias in fold.aliases:
-                here = b.icmp_signed("==", plane, ll.Constant(V.I64, alias.plane))
-                base = b.select(here, self.pointers[alias.tensor], base)
-                numel = b.select(here, self.allocated_elements(alias.tensor), numel)
-        return base, numel
-
-    def allocated_elements(self, tensor: str) -> ll.Value:
-        """Elements allocated for `tensor`: its outermost stored dimension's stride × extent."""
-        order = self.layouts.get(tensor, tuple(range(self.program.tensor(tensor).rank)))
-        if not order:
-            return ll.Constant(V.I64, 1)
-        outer = order[0]
-        fold = self.plan.folded.get(tensor)
-        extent = (
-            ll.Constant(V.I64, fold.modulus)
-            if fold is not None and fold.dim == outer
-            else self.extent(tensor, outer)
-        )
-        return self.b.mul(self.element_strides(tensor)[outer], extent)
-
-    def element_address(self, base: ll.Value, idx: list[ll.Value], strides: list[ll.Value]) -> ll.Value:
-        """`base` moved by the sum of index × stride elements (an inbounds GEP)."""
-        b = self.b
         offset = ll.Constant(V.I64, 0)
-        for i, stride in zip(idx, strides):
+        for i, stride in zip(idx, self.element_strides(tensor)):
             offset = b.add(offset, b.mul(i, stride, flags=["nsw"]), flags=["nsw"])
-        return b.gep(base, [offset], inbounds=True)
+        return b.gep(self.pointers[tensor] if base is None else base, [offset], inbounds=True)
 
     def pads_rows(self) -> bool:
         """Whether folded temporaries' rows are padded to their pitch: a CPU storage decision

@@ -62,17 +62,6 @@ def padded_pitch(shape: Sequence[int], dim: int, itemsize: int) -> int | None:
 
 
 @dataclass(frozen=True)
-class PlaneAlias:
-    """Plane `plane` (along the folded dimension) of a folded temporary, kept in the memory of
-    input or output `tensor`, so that statement `copy` (the copy between them) does not run
-    (planning/plane_alias.py)."""
-
-    plane: int
-    tensor: str
-    copy: str
-
-
-@dataclass(frozen=True)
 class FoldedTemporary:
     """Temporary `tensor` stored modulo `modulus` along dimension `dim` (`extent` logically)."""
 
@@ -85,7 +74,6 @@ class FoldedTemporary:
     label: str  # how the sources name the dimension (the index variable writing it), for reports
     row: int | None = None  # the last dimension's extent, when its rows are padded ...
     pitch: int | None = None  # ... to this many elements (None: not padded)
-    aliases: tuple[PlaneAlias, ...] = ()  # planes kept in an input's or output's memory
 
     @property
     def saved_bytes(self) -> int:
@@ -105,7 +93,6 @@ class FoldedTemporary:
             f"{self.modulus} of {self.extent} planes, {self.folded_bytes} of {self.full_bytes} bytes "
             f"(saves {self.saved_bytes / 2**20:.2f} MiB)"
             + (f"; rows padded from {self.row} to {self.pitch} elements" if self.pitch is not None else "")
-            + "".join(f"; plane {a.plane} is {a.tensor}'s memory ({a.copy} not run)" for a in self.aliases)
         )
 
 

@@ -44,7 +44,6 @@ from .gemm_inits import folded_inits
 from .loops import loops_text
 from .options import CodegenOptions
 from .pipeline import PipelinePlan, plan_pipeline
-from .plane_alias import alias_planes
 from .prefetching import worth_prefetching
 from .private import PrivateCopy, phase_work, private_phases, set_bytes
 from .runs import PhasePlan
@@ -183,12 +182,6 @@ class KernelPlan:
     def specialised(self) -> bool:
         return self.param_values is not None
 
-    @property
-    def elided(self) -> frozenset[str]:
-        """Statements that do not run: the copies into and out of planes kept in an input's or
-        output's memory (plane_alias.py)."""
-        return frozenset(a.copy for f in self.folded.values() for a in f.aliases)
-
     def loops(self) -> str:
         """The loop nest as C-like text, with its storage decisions (`inspect("loops")`)."""
         prefetch, pipelined = {}, set()
@@ -250,14 +243,6 @@ class KernelPlan:
         stored = (set(self.contracted), set(self.sharing), set(self.folded))
         for name in stored[0] & stored[1] | stored[0] & stored[2] | stored[1] & stored[2]:
             raise PlanError(f"{self.program.name}: {name} is given two kinds of storage")
-        for fold in self.folded.values():
-            roles = {a.tensor: self.program.tensor(a.tensor).role for a in fold.aliases}
-            if any(role not in ("input", "output") for role in roles.values()) or len(roles) != len(
-                fold.aliases
-            ):
-                raise PlanError(f"{self.program.name}: {fold.tensor}'s planes kept in {sorted(roles)}")
-            if len({a.plane for a in fold.aliases}) != len(fold.aliases):
-                raise PlanError(f"{self.program.name}: one plane of {fold.tensor} kept in two tensors")
         for name in self.layouts:
             if self.program.tensor(name).role != "input":
                 raise PlanError(f"{self.program.name}: relayout of {name}, which is not an input")
@@ -338,8 +323,6 @@ def plan_kernel(
                 schedule.verify()
     # 2. storage folding: temporaries kept modulo their dependence distance (may reschedule)
     scop, schedule, folds = fold_storage(schedule, transform and options.fold, sizes, reschedules)
-    if folds:  # planes that are copies of an input or copied into an output: kept in its memory
-        folds = alias_planes(scop, folds, sizes)
     # 3. the loop AST and its phases
     prefetch = options.optimize and options.prefetch
     # lags: how far back a team's parallel loop depends (lowering/doacross.py), with threads only

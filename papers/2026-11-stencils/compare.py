@@ -11,12 +11,7 @@ Recurrences write into preallocated outputs (out=), as numba's loops do. Example
 
 A variant is NAME=EXPR, EXPR a Python expression giving the keyword arguments of tl.Options
 (threads from --threads unless EXPR gives it: "1T=dict()" "2T=dict(threads=2)" times one and
-two threads interleaved). Each variant must differ in its Options: tl.compile memoises. The
-extra key `keep_copies=True` builds that variant with its copies into the first plane and out of
-the last left to run (planning/plane_alias.py switched off while it plans: an A/B of that step):
-
-    .venv/bin/python papers/2026-11-stencils/compare.py jacobi-2d 1000x1000 --steps 10 --repeats 201 \
-        "kept=dict()" "copies=dict(keep_copies=True)"
+two threads interleaved). Each variant must differ in its Options: tl.compile memoises.
 """
 
 from __future__ import annotations
@@ -55,26 +50,15 @@ def main() -> None:
     for variant in a.variants or ["auto=dict()"]:
         name, expr = variant.split("=", 1)
         knobs = {"threads": a.threads, **eval(expr)}  # noqa: S307 - the user's own expression
-        keep_copies = knobs.pop("keep_copies", False)
         options = tl.Options(**knobs)
         start = time.perf_counter()
-        # (a trailing newline: another kernel object than the same Options' without copies)
-        k = tl.compile(st.recurrence + ("\n" if keep_copies else ""), options=options)
+        k = tl.compile(st.recurrence, options=options)
         outs = [np.empty(shape, np.float32) for _ in range(3 if st.kind == "fdtd-2d" else 1)]
         if st.kind == "fdtd-2d":
             run = lambda k=k, o=outs: k(*args, out=o)  # noqa: E731
         else:
             run = lambda k=k, o=outs: k(*args, T=a.steps, out=o)  # noqa: E731
-        if keep_copies:  # the plan is made at the first call: without planes kept elsewhere
-            from codegen.planning import plan as planning
-
-            aliasing, planning.alias_planes = planning.alias_planes, lambda scop, folds, sizes: dict(folds)
-            try:
-                got = run()
-            finally:
-                planning.alias_planes = aliasing
-        else:
-            got = run()
+        got = run()
         print(f"{name}: compile and first call {time.perf_counter() - start:.2f} s", flush=True)
         for g, r in zip(got if isinstance(got, tuple) else (got,), ref):
             np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-3, err_msg=name)
