@@ -55,7 +55,7 @@ from .storage import (
     storage_report,
     workspace_end,
 )
-from .teams import team_barriers, team_phase
+from .teams import team_barriers, team_pays, team_phase
 
 # Below this many multiply-adds a generic kernel's GEMM call runs plain vector loops instead of
 # the packed GEMM (its extents are known only then). Measured here (one thread, float32): the
@@ -362,6 +362,7 @@ def plan_kernel(
         folded = folded_inits(scop, ast, contractions, sizes)
         # direct convolutions (a generic kernel's only where its calls run for every size)
         folded |= conv_folded_inits(scop, [p.statements for p in ast.phases], convolutions)
+    heavy_work = {**contractions, **convolutions}
     # teams that split a sequential outer loop carrying only reductions, into private copies
     private = {}
     if transform and schedule.options.thread_count() > 1 and schedule.options.private_reductions:
@@ -375,6 +376,8 @@ def plan_kernel(
         # one thread: a team's chunks, claims and waits per parallel loop are pure overhead (the
         # time tiles' inner loops of a 1-thread schedule: fdtd-2d 200^2 T=200 7.3 -> 2.1 ms)
         and schedule.options.thread_count() > 1
+        # a team whose steps are too short to pay at these sizes: plain loops on one thread
+        and (values is None or team_pays(phase, ast, values, phase_work(scop, phase.statements, sizes, heavy_work)))
         and not any(s in contractions or s in convolutions for s in phase.statements)
         and not any(c.phase == n for c in contracted.values())  # one slice per thread: not shared
     }  # fmt: skip

@@ -28,6 +28,16 @@ import islpy as isl
 
 from .astgen import LoopAst, LoopKind, Phase, evaluate_ast_int, expr_mentions, unwrap
 
+# statement instances of a loop team's phase per iteration of its sequential loop (per barrier,
+# about) below which the phase runs on one thread: a barrier costs about a microsecond when the
+# threads have cores of their own, but up to a time slice when the machine is over-subscribed
+# (the runtime's threshold, runtime/parallel.py)
+TEAM_STEP_WORK = 1 << 16
+# phases of at least this much work whose teams could not pay (team_pays) are planned on one
+# thread; smaller ones keep the team's code and the runtime decides per call (tests lower its
+# thresholds to run teams on small sizes)
+PLANNED_SERIAL_WORK = 1 << 20
+
 
 def split_bound(node: isl.AstNode) -> isl.AstExpr | None:
     """For a for node whose condition is `iterator <= e` or `iterator < e`: that condition's
@@ -126,3 +136,15 @@ def _barriers(node: isl.AstNode, ast: LoopAst, env: dict[str, int]) -> int | Non
     trips = max(0, -(-(last - first) // step))
     inner = _barriers(node.for_get_body(), ast, {**env, name: first})
     return None if inner is None else trips * inner
+
+
+def team_pays(phase: Phase, ast: LoopAst, values: Mapping[str, int], work: int) -> bool:
+    """Whether a loop team may run the phase (`work` statement instances) at these sizes. False
+    where it never would: at least PLANNED_SERIAL_WORK of work with less than TEAM_STEP_WORK per
+    barrier, which the runtime runs on one thread, where the team's code (its claims and waits
+    around every parallel loop) is slower than plain loops: jacobi-2d 1000² T=10 on 2 threads ran
+    3.62 ms as a team's code, 2.24 ms as loops, and 2.31 ms as the one-thread kernel."""
+    if work < PLANNED_SERIAL_WORK:
+        return True
+    barriers = team_barriers(phase, ast, values)
+    return not barriers or work // barriers >= TEAM_STEP_WORK

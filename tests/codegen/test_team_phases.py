@@ -23,6 +23,7 @@ from conftest import jacobi_2d_reference as jacobi_2d
 
 import tensorlang as tl
 from codegen.emit.gemm_team import TEAM_LOOP_BYTES, WHOLE_SPLIT, WHOLE_TEAM
+from codegen.planning.plan import Split
 from codegen.runtime import parallel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -127,7 +128,7 @@ def phase_lines(kernel, sizes) -> list[str]:
 
 def test_the_time_loop_is_a_team_phase():
     k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
-    lines = phase_lines(k, {"N": 300, "M": 301, "T": 9})
+    lines = phase_lines(k, {"N": 300, "M": 301, "T": 40})
     assert any("a team of threads runs the sequential loop" in line for line in lines), lines
     # the reference path stays untransformed
     ref = tl.compile(JACOBI_2D, options=tl.Options(optimize=False))
@@ -213,17 +214,47 @@ def test_a_whole_call_runs_every_phase_in_one_dispatch(forced, threads, shape):
 def test_the_work_per_barrier_decides_without_forcing(teams_taken):
     """Default thresholds: a team runs exactly when the phase's work per barrier reaches
     TEAM_STEP_WORK (and its work MIN_PARALLEL_WORK)."""
-    a = np.random.default_rng(1).random((257, 1031), dtype=np.float32)
+    # (below PLANNED_SERIAL_WORK, so that the team is planned and the runtime decides)
+    a = np.random.default_rng(1).random((127, 1031), dtype=np.float32)
     k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
     got = k(a, T=5)
     np.testing.assert_allclose(got, jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
-    plans = [p for p in k._specialisation({"N": 257, "M": 1031, "T": 5}).plans if p.loop_team]
+    plans = [p for p in k._specialisation({"N": 127, "M": 1031, "T": 5}).plans if p.loop_team]
     assert plans
     want = any(
         p.work >= parallel.MIN_PARALLEL_WORK and p.work // p.barriers >= parallel.TEAM_STEP_WORK
         for p in plans
     )
     assert loop_team_ran(teams_taken) == want
+
+
+def test_a_team_that_cannot_pay_is_planned_as_plain_loops():
+    """With one time tile over every step (T <= 17 on 2 threads), a team's only parallel loops
+    are each row's columns, a barrier every few hundred points: the runtime would run the phase
+    on one thread, and the team's code there ran 1.6x slower than plain loops (jacobi-2d 1000²
+    T=10). Such a phase of PLANNED_SERIAL_WORK or more is planned serial; smaller phases keep
+    the team's code (the runtime decides per call, and tests lower its thresholds)."""
+    k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
+    for steps, team in ((5, False), (10, False), (17, True), (40, True), (100, True)):
+        sizes = {"N": 1000, "M": 1000, "T": steps}
+        splits = [d.split for d in k._plan(sizes).phases]
+        assert (Split.LOOP_TEAM in splits) == team, (steps, splits)
+        if not team:  # the copies in and out still split their loops
+            assert Split.SERIAL in splits and Split.OUTER_LOOP in splits
+    small = [d.split for d in k._plan({"N": 40, "M": 30, "T": 10}).phases]
+    assert Split.LOOP_TEAM in small  # below PLANNED_SERIAL_WORK: left to the runtime
+    a = np.random.default_rng(5).random((400, 700), dtype=np.float32)
+    got = k(a, T=5)  # 2.8M instances, planned serial: the same result as one thread
+    np.testing.assert_array_equal(got, tl.compile(JACOBI_2D, options=tl.Options(threads=1))(a, T=5))
+    np.testing.assert_allclose(got, jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
+    assert team_pays_threshold_consistent()
+
+
+def team_pays_threshold_consistent() -> bool:
+    """The runtime's threshold is the planner's."""
+    from codegen.planning import teams as planning_teams
+
+    return parallel.TEAM_STEP_WORK == planning_teams.TEAM_STEP_WORK
 
 
 def test_small_work_stays_on_one_thread(teams_taken):
