@@ -8,6 +8,12 @@ from dataclasses import dataclass
 # its own copies (more let a thread that starts late take fewer; each costs a zeroing and a
 # combining pass over its copies)
 PRIVATE_CHUNKS_PER_THREAD = 4
+# statement instances of a loop team's phase per iteration of its sequential loop (per barrier,
+# about) below which the phase runs on one thread: a barrier costs about a microsecond when the
+# threads have cores of their own, but up to a time slice when the machine is over-subscribed
+# (the runtime's threshold, runtime/parallel.py; planning/teams.py plans such phases of much work
+# as plain loops)
+TEAM_STEP_WORK = 1 << 16
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,8 @@ from collections.abc import Mapping
 import islpy as isl
 
 from .astgen import LoopAst, LoopKind, Phase, evaluate_ast_int, expr_mentions, unwrap
+from .runs import TEAM_STEP_WORK
 
-# statement instances of a loop team's phase per iteration of its sequential loop (per barrier,
-# about) below which the phase runs on one thread: a barrier costs about a microsecond when the
-# threads have cores of their own, but up to a time slice when the machine is over-subscribed
-# (the runtime's threshold, runtime/parallel.py)
-TEAM_STEP_WORK = 1 << 16
 # phases of at least this much work whose teams could not pay (team_pays) are planned on one
 # thread; smaller ones keep the team's code and the runtime decides per call (tests lower its
 # thresholds to run teams on small sizes)

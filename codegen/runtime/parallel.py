@@ -41,7 +41,7 @@ import numpy as np
 from ..emit.gemm_team import TEAM_LOOP_BYTES
 from ..lowering.status import ERROR_CANCELLED
 from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD, PhasePlan
-from ..planning.teams import TEAM_STEP_WORK as PLANNED_TEAM_STEP_WORK
+from ..planning.runs import TEAM_STEP_WORK as PLANNED_TEAM_STEP_WORK
 from . import native_pool
 from .native_pool import current_cpu as _current_cpu
 from .native_pool import move_off as _move_off  # noqa: F401 — the tests use it from here

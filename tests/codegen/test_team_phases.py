@@ -252,9 +252,9 @@ def test_a_team_that_cannot_pay_is_planned_as_plain_loops():
 
 def team_pays_threshold_consistent() -> bool:
     """The runtime's threshold is the planner's."""
-    from codegen.planning import teams as planning_teams
+    from codegen.planning import runs
 
-    return parallel.TEAM_STEP_WORK == planning_teams.TEAM_STEP_WORK
+    return parallel.TEAM_STEP_WORK == runs.TEAM_STEP_WORK
 
 
 def test_small_work_stays_on_one_thread(teams_taken):
