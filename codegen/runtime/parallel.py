@@ -40,8 +40,7 @@ import numpy as np
 
 from ..emit.gemm_team import TEAM_LOOP_BYTES
 from ..lowering.status import ERROR_CANCELLED
-from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD, PhasePlan
-from ..planning.runs import TEAM_STEP_WORK as PLANNED_TEAM_STEP_WORK
+from ..planning.runs import PRIVATE_CHUNKS_PER_THREAD, TEAM_STEP_WORK, PhasePlan
 from . import native_pool
 from .native_pool import current_cpu as _current_cpu
 from .native_pool import move_off as _move_off  # noqa: F401 — the tests use it from here
@@ -77,9 +76,6 @@ CHUNK_WORK = 1 << 22
 # parts instead of holding the whole call up; each part is one more call (a few µs)
 DYNAMIC_WORK = 1 << 22
 DYNAMIC_PARTS = 2
-# statement instances of a loop team's phase per barrier below which it runs on one thread
-# (planning/teams.py, which plans such phases of much work on one thread to begin with)
-TEAM_STEP_WORK = PLANNED_TEAM_STEP_WORK
 
 _pool: ThreadPoolExecutor | None = None
 _pool_size = 0
