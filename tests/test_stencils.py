@@ -305,3 +305,35 @@ def test_one_thread_runs_the_copies_in_the_time_tiles(name):
                 np.testing.assert_array_equal(g, b, err_msg=f"{name} {shape} T={t}")
             for g, w in zip(got, _as_tuple(ref(*args)), strict=True):
                 np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=f"{name} {shape} T={t}")
+
+
+# Sizes past a tile: rows long enough for the vector loop (two blocks of 16 lanes and more, with
+# odd remainders), more rows than a two-thread tile's 64, and more steps than a one-thread tile's
+# 64 or than several two-thread bands of 16; prime and tile-size-plus-one extents. The tiny sizes
+# above never reach those paths.
+PAST_A_TILE = [
+    pytest.param("jacobi1d", (4099,), 100, id="jacobi1d-4099-T100"),
+    pytest.param("jacobi1d", (65537,), 18, id="jacobi1d-65537-T18"),
+    pytest.param("jacobi2d", (67, 131), 70, id="jacobi2d-67x131-T70"),
+    pytest.param("jacobi2d", (131, 33), 66, id="jacobi2d-131x33-T66"),
+    pytest.param("jacobi2d", (5, 257), 17, id="jacobi2d-5x257-T17"),
+    pytest.param("fdtd", (47, 129), 34, id="fdtd-47x129-T34"),
+    pytest.param("fdtd", (129, 65), 17, id="fdtd-129x65-T17"),
+    pytest.param("heat3d", (17, 33, 31), 20, id="heat3d-17x33x31-T20", marks=pytest.mark.slow),
+    pytest.param("seidel2d", (33, 65), 18, id="seidel2d-33x65-T18", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name, shape, steps", PAST_A_TILE)
+def test_sizes_past_a_tile_match_numpy_and_two_threads_agree_bitwise(name, shape, steps):
+    """One and two threads (different tiles, a wavefront team or, where it cannot pay, plain
+    loops) against NumPy; the two must agree bit for bit, as every point adds in the program's
+    order whichever tile or thread runs it."""
+    kind = "fdtd" if name == "fdtd" else ""
+    args = _args(kind, shape, steps, np.random.default_rng(sum(shape) + steps))
+    want = _as_tuple(CASES[name][1](*args))
+    one = _as_tuple(kernel(name, tl.Options(threads=1))(*args))
+    two = _as_tuple(kernel(name, tl.Options(threads=2))(*args))
+    for w, a, b in zip(want, one, two, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4, err_msg=f"{name} {shape} T={steps}")
+        np.testing.assert_array_equal(b, a, err_msg=f"{name} {shape} T={steps}: 2 threads")
