@@ -218,3 +218,18 @@ def test_stencils_c_limit_quick(tmp_path):
     assert bound["step_s"] > 0 and tl_row["call_s"] > 0 and c_row["call_s"] > 0
     md = (tmp_path / "results.md").read_text()
     assert md.startswith("# ") and "tensorlang recurrence" in md and "rows in L1" in md
+
+
+def test_stencils_team_waits_quick(tmp_path):
+    """The two-thread team's waits, counted by a counter the script adds around the lowering's
+    back-off (so a renamed wait breaks this test, not the paper's next run): the script exits 1
+    unless the two-thread results equal the one-thread ones bit for bit and match NumPy."""
+    _run_quick(PAPERS / "2026-11-stencils" / "team_waits.py", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "2026-11-stencils/team_waits" and results["mode"] == "quick"
+    assert [row["stencil"] for row in results["rows"]] == ["jacobi-1d", "jacobi-2d", "heat-3d", "fdtd-2d"]
+    assert results["settings"]["tsc_hz"] > 1e8
+    for row in results["rows"]:
+        assert row["one_thread_s"] > 0 and row["two_threads_s"] > 0 and row["team_waits_thread_s"] >= 0
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# ") and "waits" in md and "fdtd-2d" in md

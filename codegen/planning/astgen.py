@@ -250,6 +250,16 @@ def _affine_reads(scop: Scop) -> isl.UnionMap:
     return reads
 
 
+def _nests(block: isl.AstNode) -> list[isl.AstNode]:
+    """The nodes of a sequence in order, with the sequences inside it (through marks) flattened."""
+    children = block.block_get_children()
+    out = []
+    for child in (children.get_at(i) for i in range(children.n_ast_node())):
+        inner = unwrap(child)
+        out += _nests(inner) if inner.get_type() == isl.ast_node_type.block else [child]
+    return out
+
+
 def _phases(
     root: isl.AstNode, leaves: Mapping[str, Leaf], loops: Mapping[str, LoopInfo]
 ) -> tuple[Phase, ...]:
@@ -260,15 +270,14 @@ def _phases(
     else:
         regions = [root]
     # a fusion region that is a sequence of loop nests (an init, then a GEMM call) gives one
-    # phase per nest, so that each gets its own split (the GEMM's threads, the init's rows)
+    # phase per nest, so that each gets its own split (the GEMM's threads, the init's rows);
+    # sequences nested in it too (a tensor stacked from three, `O(f, i, j) = f == 0 ? a(i, j) :
+    # ...`, or fdtd-2d's copies of its three fields in: isl puts the first two in a sequence of
+    # their own, which ran as one serial phase)
     tops = []
     for region in regions:
         inner = unwrap(region)
-        if inner is not region and inner.get_type() == isl.ast_node_type.block:
-            children = inner.block_get_children()
-            tops += [children.get_at(i) for i in range(children.n_ast_node())]
-        else:
-            tops.append(region)
+        tops += _nests(inner) if inner.get_type() == isl.ast_node_type.block else [region]
     phases = []
     for top in tops:
         inner = unwrap(top)

@@ -142,3 +142,19 @@ def test_run_time_checks_survive_a_rewrite_that_copies_the_reads():
         for n in range(len(rewritten.phases))
     ]
     assert ERROR_INDEX in codes and error[3] == 7
+
+
+def test_each_loop_nest_of_a_nested_sequence_is_a_phase_of_its_own():
+    """A tensor stacked from three (as fdtd-2d copies its three fields into one temporary) comes
+    out of isl as a sequence of the first two copies inside the region's sequence; each nest must
+    get its own split (the two in the inner sequence ran as one serial phase on two threads)."""
+    stack = """def stack(float(N, M) a, float(N, M) b, float(N, M) c) -> (O) {
+      O(f, i, j) = f == 0 ? a(i, j) : f == 1 ? b(i, j) : c(i, j) where f in 0:3, i in 0:N, j in 0:M
+    }"""
+    k = tl.compile(stack, options=tl.Options(threads=2))
+    plan = plan_kernel(k.schedule, k.options.codegen, {"N": 67, "M": 131})
+    assert [p.statements for p in plan.ast.phases] == [("S0_1",), ("S0_2",), ("S0_3",)]
+    assert all(d.split is Split.OUTER_LOOP for d in plan.phases)
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((67, 131)).astype(np.float32) for _ in range(3)]
+    np.testing.assert_array_equal(k(*args), np.stack(args))
