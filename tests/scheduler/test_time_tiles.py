@@ -172,15 +172,15 @@ def test_auto_sizes_fit_half_the_l2_cache():
     assert auto_sizes(TimeBand(3, 4))[-1] >= 512  # long vectorised strips
 
 
-def test_one_thread_runs_deeper_2d_tiles():
-    """Without a wavefront (one thread) a 2-d stencil's tile runs 64 steps over the rows that 16
-    steps get; a Gauss-Seidel chain, 1-d and 3-d bands, and bands on threads keep 16."""
-    deep = auto_sizes(TimeBand(3, 4), wavefront=False)
-    shallow = auto_sizes(TimeBand(3, 4), wavefront=True)
-    assert deep[0] == 64 and shallow[0] == 16 and deep[1:] == shallow[1:]
-    assert auto_sizes(TimeBand(3, 4), chain=True, wavefront=False)[0] == 16
-    for members in (2, 4):
-        assert auto_sizes(TimeBand(members, 4), wavefront=False)[0] == 16
+def test_one_thread_runs_deeper_1d_and_2d_tiles():
+    """Without a wavefront (one thread) a 1-d or 2-d stencil's tile runs 64 steps over the block
+    or rows that 16 steps get; a Gauss-Seidel chain, 3-d bands, and bands on threads keep 16."""
+    for members in (2, 3):
+        deep = auto_sizes(TimeBand(members, 4), wavefront=False)
+        shallow = auto_sizes(TimeBand(members, 4), wavefront=True)
+        assert deep[0] == 64 and shallow[0] == 16 and deep[1:] == shallow[1:]
+        assert auto_sizes(TimeBand(members, 4), chain=True, wavefront=False)[0] == 16
+    assert auto_sizes(TimeBand(4, 4), wavefront=False)[0] == 16
     (one,) = _time_tile_bands(_schedule("jacobi2d", threads=1))
     (two,) = _time_tile_bands(_schedule("jacobi2d", threads=2))
     assert "(t) mod 64" in one.schedule and "(t) mod 64" in one.below
