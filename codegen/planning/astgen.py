@@ -263,21 +263,13 @@ def _nests(block: isl.AstNode) -> list[isl.AstNode]:
 def _phases(
     root: isl.AstNode, leaves: Mapping[str, Leaf], loops: Mapping[str, LoopInfo]
 ) -> tuple[Phase, ...]:
+    # one phase per fusion region, and a region that is a sequence of loop nests (an init, then a
+    # GEMM call) gives one phase per nest, so that each gets its own split (the GEMM's threads,
+    # the init's rows); sequences nested in it too (a tensor stacked from three, `O(f, i, j) =
+    # f == 0 ? a(i, j) : ...`, or fdtd-2d's copies of its three fields in: isl puts the first two
+    # in a sequence of their own, which ran as one serial phase)
     root = unwrap(root)
-    if root.get_type() == isl.ast_node_type.block:
-        children = root.block_get_children()
-        regions = [children.get_at(i) for i in range(children.n_ast_node())]
-    else:
-        regions = [root]
-    # a fusion region that is a sequence of loop nests (an init, then a GEMM call) gives one
-    # phase per nest, so that each gets its own split (the GEMM's threads, the init's rows);
-    # sequences nested in it too (a tensor stacked from three, `O(f, i, j) = f == 0 ? a(i, j) :
-    # ...`, or fdtd-2d's copies of its three fields in: isl puts the first two in a sequence of
-    # their own, which ran as one serial phase)
-    tops = []
-    for region in regions:
-        inner = unwrap(region)
-        tops += _nests(inner) if inner.get_type() == isl.ast_node_type.block else [region]
+    tops = _nests(root) if root.get_type() == isl.ast_node_type.block else [root]
     phases = []
     for top in tops:
         inner = unwrap(top)

@@ -6,10 +6,11 @@ team's threads spend waiting, in the waits of the generated code (for a chunk's 
 wavefront, at a team's barriers: every wait that backs off, lowering/barrier.py), counted with
 the time-stamp counter. For this run only, the kernels are built with a counter added around
 each back-off (a patch of `_stop_or_back_off` made here, not in the compiler) and without the disk
-cache, so the code timed is the compiler's plus that counter. What the waits do not explain is
-the rest: the tiles of the two-thread schedule (shorter in time than one thread's), the phases
-split by rows (copies in and out), waking the worker, and what the two cores cost each other.
-Every result is checked first: the two kernels bitwise equal, and both against NumPy.
+cache, so the code timed is the compiler's plus that counter. The rest of the loss is what the
+waits do not explain (candidates: the two-thread schedule's shorter tiles, the phases split by
+rows, what the two cores cost each other, and, since calls alternate, the two-thread call
+following its second core's idle time; README of this folder). Every result is checked first:
+the two kernels bitwise equal, and both against NumPy.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE flock /tmp/tl_bench.lock \\
         .venv/bin/python papers/2026-11-stencils/team_waits.py          # results/team_waits/
@@ -91,6 +92,11 @@ def tsc_hz() -> float:
     return (c1 - c0) / (t1 - t0)
 
 
+def _fields(result) -> tuple:
+    """A stencil's result as a tuple of arrays (fdtd-2d returns three)."""
+    return result if isinstance(result, tuple) else (result,)
+
+
 def waited(words: list[int]) -> int:
     """The counters' sum: cycles waited in the modules whose COUNTER words are at `words`."""
     return sum(ctypes.c_int64.from_address(w).value for w in words)
@@ -125,11 +131,8 @@ def main() -> None:
         one = S.tensorlang_impl(stencil, args, steps, 1, False)
         two = S.tensorlang_impl(stencil, args, steps, 2, False)
         got1, got2 = one(), two()  # builds both (a plan per call's sizes)
-        got1 = got1 if isinstance(got1, tuple) else (got1,)
-        got2 = got2 if isinstance(got2, tuple) else (got2,)
         want = S.reference_impl(stencil, args, steps)()
-        want = want if isinstance(want, tuple) else (want,)
-        for w, g1, g2 in zip(want, got1, got2, strict=True):
+        for w, g1, g2 in zip(_fields(want), _fields(got1), _fields(got2), strict=True):
             if not np.array_equal(g1, g2):
                 raise SystemExit(f"team_waits: {name}: two threads differ from one")
             if not np.allclose(g1, w, rtol=1e-3, atol=1e-3):
