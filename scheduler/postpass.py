@@ -23,7 +23,7 @@ from tensorlang import ir
 from . import order
 from .machine import cache_size, cache_ways
 from .options import ScheduleOptions
-from .timetile import auto_sizes, body_order, innermost_carries, tile_time_band, time_band
+from .timetile import auto_sizes, body_order, diamond_skew, innermost_carries, tile_time_band, time_band
 
 
 @dataclass(frozen=True)
@@ -310,10 +310,16 @@ def optimise_tree(scop: Scop, tree: isl.Schedule, options: ScheduleOptions) -> i
             if band is not None:  # a stencil's skewed band: parallelogram tiles (timetile.py)
                 carried = innermost_carries(scop, node)
                 body = None if carried else body_order(scop, node)
+                # on threads, diamond tiles where they are legal: a wavefront of tiles along the rows
+                diamond = diamond_skew(scop, node) if threads and not carried else None
                 sizes = options.time_tile or (
-                    tile if explicit else auto_sizes(band, carried, wavefront=threads)
+                    tile
+                    if explicit
+                    else auto_sizes(band, carried, wavefront=threads, diamond=diamond is not None)
                 )
-                node, depth = tile_time_band(node, sizes, wavefront=threads, inner_carried=carried, body=body)
+                node, depth = tile_time_band(
+                    node, sizes, wavefront=threads, inner_carried=carried, body=body, diamond=diamond
+                )
                 for _ in range(depth):
                     node = node.parent()
                 return node

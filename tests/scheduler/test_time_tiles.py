@@ -89,7 +89,7 @@ def _time_tile_bands(schedule) -> list[Band]:
         b
         for b in _bands(schedule.tree)
         if b.child is not None
-        and any(f in b.schedule.split("}, {")[0] for f in ("(t - (t) mod", "floor((t)/"))
+        and any(f in b.schedule.split("}, {")[0] for f in ("(t - (t) mod", "floor((t)/", "floor((t - i)/"))
         and all(numbers_tiles(m) for m in b.schedule.split("}, {"))
     ]
 
@@ -121,7 +121,8 @@ def test_every_stencil_gets_time_tiles(name):
 def test_on_threads_the_tile_loops_are_a_wavefront(name):
     """Outer tile loop sequential, the others coincident (parallel), the shape team phases run;
     the outer one sums every member's tile number (T + I + J: tiles of every space dimension on
-    one wavefront, not only of the first)."""
+    one wavefront, not only of the first). 1-d and 2-d stencils whose dependences span one step
+    tile (t - i, t + i, ...): diamonds."""
     schedule = _schedule(name, threads=2)
     bands = _time_tile_bands(schedule)
     assert bands
@@ -129,7 +130,68 @@ def test_on_threads_the_tile_loops_are_a_wavefront(name):
         n = len(band.coincident)
         assert band.coincident == (False,) + (True,) * (n - 1), band
         first_statement = band.schedule.split("}, {")[0].split(";")[0]
-        assert "floor((t)/" in first_statement and first_statement.count("floor(") == n, band
+        first = "floor((t - i)/" if name in DIAMONDS else "floor((t)/"
+        assert first in first_statement and first_statement.count("floor(") == n, band
+
+
+# the stencils that get diamond tiles on threads: heat-3d's wavefront already holds tiles along i
+# and j; fdtd's hz reads this step's ey(i + 1) and seidel-2d this step's B(i - 1), which no
+# c * t - (t + i) orders
+DIAMONDS = ("jacobi1d", "jacobi2d")
+
+
+def _tiles_per_wavefront(schedule, sizes: dict[str, int]) -> list[int]:
+    """How many tiles each wavefront of the (one) wavefront band holds at these sizes."""
+    found: list[isl.MultiUnionPwAff] = []
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band and node.band_n_member() >= 2:
+            n = node.band_n_member()
+            pattern = tuple(bool(node.band_member_get_coincident(m)) for m in range(n))
+            text = str(node.band_get_partial_schedule())
+            if pattern == (False,) + (True,) * (n - 1) and "floor(" in text.split("}, {")[0]:
+                found.append(node.band_get_partial_schedule())
+        return node
+
+    schedule.tree.map_schedule_node_bottom_up(visit)
+    (band,) = found
+    domain = schedule.tree.get_domain()
+    fixed = " and ".join(f"{k} = {v}" for k, v in sizes.items())
+    params = isl.Set.read_from_str(domain.get_ctx(), f"[{', '.join(sizes)}] -> {{ : {fixed} }}")
+    tiles = (
+        isl.UnionMap.from_multi_union_pw_aff(band).intersect_domain(domain.intersect_params(params)).range()
+    )
+    counts: dict[int, int] = {}
+
+    def count(point: isl.Point) -> None:
+        wave = point.get_coordinate_val(isl.dim_type.set, 0).to_python()
+        counts[wave] = counts.get(wave, 0) + 1
+
+    tiles.foreach_point(count)
+    return [counts[w] for w in sorted(counts)]
+
+
+@pytest.mark.parametrize(
+    ("name", "sizes"), [("jacobi2d", dict(N=300, M=300, T=17)), ("jacobi1d", dict(N=40000, T=17))]
+)
+def test_diamonds_give_a_wavefront_tiles_along_the_rows_whatever_the_steps(name, sizes):
+    """Parallelogram tiles put each time band's tiles one after another along i: at T = 17 (a
+    16-step band and a 1-step one) a wavefront held at most two tiles, one per band, and two
+    threads ran jacobi-2d 1000² no faster than one. Diamonds start together along the rows."""
+    per_wave = _tiles_per_wavefront(_schedule(name, threads=2), sizes)
+    rows = sizes["N"]
+    block = 64 if name == "jacobi2d" else 4096
+    assert max(per_wave) >= rows // block, per_wave
+    assert len(per_wave) <= 4, per_wave  # 17 steps: the diamonds of two, three wavefronts
+
+
+def test_auto_sizes_of_diamonds():
+    """A diamond's first two members get one size: a 1-d block, a 2-d stencil's rows (with strips
+    of the stride-1 member); both within the L2 budget as the parallelograms' are."""
+    one, two = auto_sizes(TimeBand(2, 4), diamond=True), auto_sizes(TimeBand(3, 4), diamond=True)
+    assert one[0] == one[1] == auto_sizes(TimeBand(2, 4))[1]
+    assert two[0] == two[1] >= 16 and two[2] == auto_sizes(TimeBand(3, 4))[2]
+    assert auto_sizes(TimeBand(3, 8), diamond=True)[0] <= two[0]
 
 
 @pytest.mark.parametrize("threads", (1, 2))
@@ -184,7 +246,7 @@ def test_one_thread_runs_deeper_1d_and_2d_tiles():
     (one,) = _time_tile_bands(_schedule("jacobi2d", threads=1))
     (two,) = _time_tile_bands(_schedule("jacobi2d", threads=2))
     assert "(t) mod 64" in one.schedule and "(t) mod 64" in one.below
-    assert "floor((t)/16)" in two.schedule
+    assert "floor((t - i)/64)" in two.schedule  # on threads: diamonds
     # the wavefront's point loops are unshifted (timetile._tile): groups of 4 steps of t
     assert "(t - (t) mod 4)" in two.below and "(t) mod 16" not in two.below
 
