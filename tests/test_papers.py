@@ -233,3 +233,16 @@ def test_stencils_team_waits_quick(tmp_path):
         assert row["one_thread_s"] > 0 and row["two_threads_s"] > 0 and row["team_waits_thread_s"] >= 0
     md = (tmp_path / "results.md").read_text()
     assert md.startswith("# ") and "waits" in md and "fdtd-2d" in md
+
+
+def test_stencils_diamonds_quick(tmp_path):
+    """Two-thread kernels with diamond and with parallelogram tiles against the one-thread kernel:
+    the script exits 1 unless both equal the one-thread result bit for bit and it matches NumPy."""
+    _run_quick(PAPERS / "2026-11-stencils" / "diamonds.py", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "2026-11-stencils/diamonds" and results["mode"] == "quick"
+    assert [row["stencil"] for row in results["rows"]] == ["jacobi-2d", "jacobi-1d"]
+    for row in results["rows"]:
+        assert row["one_thread_s"] > 0 and row["two_parallelograms_s"] > 0 and row["two_diamonds_s"] > 0
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# ") and "diamonds" in md and "jacobi-1d" in md

@@ -24,6 +24,7 @@ from codegen.lowering.status import ERROR_CANCELLED
 from codegen.planning.astgen import LoopKind
 from codegen.planning.wavefront import wave_lags
 from codegen.runtime import parallel
+from scheduler import timetile
 
 
 @pytest.fixture
@@ -61,10 +62,16 @@ def _team_loop_lags(kernel, sizes):
     return [info.lags for info in plan.ast.loops.values() if info.lags is not None]
 
 
-def test_the_wavefront_tiles_depend_on_a_bounded_window_back():
+def test_the_wavefront_tiles_depend_on_a_bounded_window_back(monkeypatch, cache_dir):
     """jacobi-2d on threads: the tile loop inside the wavefront reads tiles at most two
-    wavefronts back, and there the same row tile or the one before (32 rows; the tiles pinned,
-    since the automatic rows follow the host's L2: 32 with 1 MiB, 64 with 2 MiB)."""
+    wavefronts back, and there the same row tile or the one before: with diamond tiles, whose
+    loop counts tiles, tile numbers 0 and 1 back; with parallelogram tiles, whose loop runs over
+    tile origins, 0 and 32 rows back (the tiles pinned, since the automatic rows follow the
+    host's L2)."""
+    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, band_tiles=(None, (16, 32))))
+    lags = _team_loop_lags(k, {"N": 1000, "M": 1000, "T": 100})
+    assert lags and lags[0] == (2, 0, 1)
+    monkeypatch.setattr(timetile, "DIAMOND_TILES", False)
     k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, band_tiles=(None, (16, 32))))
     lags = _team_loop_lags(k, {"N": 1000, "M": 1000, "T": 100})
     assert lags and lags[0] == (2, 0, 32)

@@ -25,6 +25,7 @@ import tensorlang as tl
 from codegen.emit.gemm_team import TEAM_LOOP_BYTES, WHOLE_SPLIT, WHOLE_TEAM
 from codegen.planning.plan import Split
 from codegen.runtime import parallel
+from scheduler import timetile
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -228,12 +229,16 @@ def test_the_work_per_barrier_decides_without_forcing(teams_taken):
     assert loop_team_ran(teams_taken) == want
 
 
-def test_a_team_that_cannot_pay_is_planned_as_plain_loops():
-    """With one time tile over every step (T <= 17 on 2 threads), a team's only parallel loops
-    are each row's columns, a barrier every few hundred points: the runtime would run the phase
-    on one thread, and the team's code there ran 1.6x slower than plain loops (jacobi-2d 1000²
-    T=10). Such a phase of PLANNED_SERIAL_WORK or more is planned serial; smaller phases keep
-    the team's code (the runtime decides per call, and tests lower its thresholds)."""
+def test_a_team_that_cannot_pay_is_planned_as_plain_loops(monkeypatch, cache_dir):
+    """With parallelogram tiles and one time tile over every step (T <= 17 on 2 threads), a
+    team's only parallel loops are each row's columns, a barrier every few hundred points: the
+    runtime would run the phase on one thread, and the team's code there ran 1.6x slower than
+    plain loops (jacobi-2d 1000² T=10). Such a phase of PLANNED_SERIAL_WORK or more is planned
+    serial; smaller phases keep the team's code (the runtime decides per call, and tests lower
+    its thresholds). (jacobi-2d gets diamond tiles on threads, whose wavefronts hold tiles along
+    the rows at any T: its parallelograms are asked for here, as stencils that cannot have
+    diamonds get them; cache_dir: no plan of the diamond schedule from another test.)"""
+    monkeypatch.setattr(timetile, "DIAMOND_TILES", False)
     k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
     for steps, team in ((5, False), (10, False), (17, True), (40, True), (100, True)):
         sizes = {"N": 1000, "M": 1000, "T": steps}
@@ -248,6 +253,17 @@ def test_a_team_that_cannot_pay_is_planned_as_plain_loops():
     got = k(a, T=5)  # planned serial: the same result as one thread
     np.testing.assert_array_equal(got, tl.compile(JACOBI_2D, options=tl.Options(threads=1))(a, T=5))
     np.testing.assert_allclose(got, jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
+
+
+def test_diamond_tiles_give_a_team_work_at_few_steps(cache_dir):
+    """jacobi-2d on 2 threads with its diamond tiles: a team runs T = 5 and 10 too (1000², per
+    round against one thread: 1.43 and 1.42, where the parallelograms' plain loops ran 1.10)."""
+    k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
+    for steps in (5, 10, 17, 100):
+        splits = [d.split for d in k._plan({"N": 1000, "M": 1000, "T": steps}).phases]
+        assert Split.LOOP_TEAM in splits, (steps, splits)
+    a = np.random.default_rng(3).random((1000, 1000), dtype=np.float32)
+    np.testing.assert_allclose(k(a, T=5), jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
 
 
 def test_small_work_stays_on_one_thread(teams_taken):
