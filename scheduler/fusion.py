@@ -14,9 +14,10 @@ The `auto` cost model merges the next statement into the current region when
     kernel runs on one thread anyway. A loop that carries only reductions threads may privatise
     counts as parallel (polyhedral/privatise.py: atax's y(j) += A(i, j) * t(i) in its loop over
     i), so fusion that pays on one thread is kept on several.
-On one thread a statement also joins when the fused region's outer band is a time recurrence's
-skewed band in which it runs at one fixed time (a copy into the first plane or out of the last,
+A statement also joins when the fused region's outer band is a time recurrence's skewed band in
+which it runs at one fixed time (a copy into the first plane or out of the last,
 _joins_time_band): the band is time-tiled, and the copy then runs row by row inside the tiles.
+On threads only where the band gets diamond tiles, whose wavefronts hold tiles along the rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from polyhedral.privatise import privatised_dependences
 from .graph import OpGraph
 from .options import ScheduleOptions
 from .postpass import member_vars
-from .timetile import time_band
+from .timetile import diamond_skew, time_band
 
 Region = tuple[int, ...]  # positions of ir statements
 
@@ -177,15 +178,16 @@ def _outer_band(tree: isl.Schedule) -> isl.ScheduleNode | None:
 
 
 def _fusion_quality(
-    scop: Scop, region: Region, memo: dict, join_time_bands: bool = False
+    scop: Scop, region: Region, memo: dict, join_time_bands: bool = False, threads: bool = False
 ) -> tuple[bool, bool]:
     """(one outer loop spans the region, that loop is parallel) for a fused region; with
-    `join_time_bands`, a region whose statements form one time band (_joins_time_band) spans."""
+    `join_time_bands`, a region whose statements form one time band (_joins_time_band) spans,
+    and on `threads` counts as parallel (its diamond tiles' wavefronts are)."""
     tree = schedule_region(scop, region, True, memo)
     if tree is None:
         return False, False
-    if join_time_bands and len(region) > 1 and _joins_time_band(scop, tree):
-        return True, False
+    if join_time_bands and len(region) > 1 and _joins_time_band(scop, tree, threads):
+        return True, threads
     # a skewed outer loop (i + j) "fuses" only by walking the iteration spaces diagonally, which
     # ruins locality and vectorisation: count it as no fusion
     if not _spans_plainly(scop, region, tree):
@@ -193,17 +195,22 @@ def _fusion_quality(
     return True, bool(_outer_band(tree).band_member_get_coincident(0))
 
 
-def _joins_time_band(scop: Scop, tree: isl.Schedule) -> bool:
+def _joins_time_band(scop: Scop, tree: isl.Schedule, threads: bool = False) -> bool:
     """The region's outer band is a time recurrence's skewed band (timetile.time_band) in which
     some statements run at one fixed time: the copy into the first plane at time 0, the copy out
     of the last plane after the last step. In the tiles these copies run row by row next to the
     steps that read or wrote the rows, in cache, instead of as plane copies of their own
-    (jacobi-2d 1000² T=2, 1 thread: 1.31 -> 0.96 ms a call). Asked only on one thread: on
-    threads a short recurrence's wavefronts hold a tile or two, and the copies, parallel phases
-    of their own before, would run on one thread (T=2 on 2 threads: 1.11 -> 1.66 ms)."""
+    (jacobi-2d 1000² T=2, 1 thread: 1.31 -> 0.96 ms a call). On `threads` only where the band
+    gets diamond tiles (timetile.diamond_skew, whichever space member the post-pass puts
+    first): with parallelograms a short recurrence's wavefronts hold a tile or two, and the
+    copies, parallel phases of their own before, would run on one thread (T=2 on 2 threads:
+    1.11 -> 1.66 ms); with diamonds the copies are shared like the steps (jacobi-2d 1000², 2
+    threads, per round against one thread: T=17 1.58 -> 1.75, T=100 1.85 -> 1.92)."""
     band = _outer_band(tree)
     recurrence = None if band is None else time_band(scop, band, member_vars(scop, band))
-    return recurrence is not None and bool(recurrence.fixed)
+    if recurrence is None or not recurrence.fixed:
+        return False
+    return not threads or all(diamond_skew(scop, band, m) is not None for m in range(1, band.band_n_member()))
 
 
 def _shares_data(graph: OpGraph, region: Region, position: int) -> bool:
@@ -238,7 +245,7 @@ def partition(
         )
         if ok:
             spans, is_parallel = _fusion_quality(
-                scop, merged, memo, join_time_bands=options.time_tiles and single_thread
+                scop, merged, memo, join_time_bands=options.time_tiles, threads=not single_thread
             )
             was_parallel = parallel.get(current, False) or _fusion_quality(scop, (p,), memo)[1]
             if (

@@ -176,9 +176,10 @@ _CHAIN_STRIP = 256
 _ROW_3D = 160
 
 
-def diamond_skew(scop: Scop, node: isl.ScheduleNode) -> int | None:
+def diamond_skew(scop: Scop, node: isl.ScheduleNode, member: int = 1) -> int | None:
     """For the time band at `node`, (t, t + i, ...): the smallest c in 1..4 for which
-    c * t - (t + i) keeps every dependence distance non-negative (2 for jacobi: t - i), or None.
+    c * t - (t + i) keeps every dependence distance non-negative (2 for jacobi: t - i), or None
+    (`member`: the band member that plays t + i; the first space member unless asked).
     Tiles of (c * t - (t + i), t + i, ...) are diamonds in (t, i) (tile_time_band `diamond`):
     the tiles that start at t = 0 lie along i on two wavefronts (concurrent start), so that a
     wavefront holds as many tiles as the rows have, whatever the number of steps. Parallelogram
@@ -195,7 +196,7 @@ def diamond_skew(scop: Scop, node: isl.ScheduleNode) -> int | None:
     maps: list[isl.Map] = []
     deps.foreach_map(maps.append)
     for c in range(1, 5):
-        down = isl.UnionMap.from_union_pw_aff(_down(mupa, c))
+        down = isl.UnionMap.from_union_pw_aff(_down(mupa, c, member))
         if all(
             _non_negative(isl.UnionMap.from_map(dep).apply_domain(down).apply_range(down).deltas())
             for dep in maps
@@ -204,9 +205,9 @@ def diamond_skew(scop: Scop, node: isl.ScheduleNode) -> int | None:
     return None
 
 
-def _down(mupa: isl.MultiUnionPwAff, c: int) -> isl.UnionPwAff:
-    """c * member 0 - member 1 of a band's schedule."""
-    return mupa.get_at(0).scale_val(isl.Val.int_from_si(mupa.get_ctx(), c)).sub(mupa.get_at(1))
+def _down(mupa: isl.MultiUnionPwAff, c: int, member: int = 1) -> isl.UnionPwAff:
+    """c * member 0 - `member` of a band's schedule."""
+    return mupa.get_at(0).scale_val(isl.Val.int_from_si(mupa.get_ctx(), c)).sub(mupa.get_at(member))
 
 
 def _non_negative(distances: isl.UnionSet) -> bool:

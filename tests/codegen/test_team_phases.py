@@ -240,6 +240,8 @@ def test_a_team_that_cannot_pay_is_planned_as_plain_loops(monkeypatch, cache_dir
     diamonds get them; cache_dir: no plan of the diamond schedule from another test.)"""
     monkeypatch.setattr(timetile, "DIAMOND_TILES", False)
     k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
+    # parallelograms on threads: the copies stay phases of their own, split by rows
+    assert len(k._plan({"N": 1000, "M": 1000, "T": 100}).phases) == 3
     for steps, team in ((5, False), (10, False), (17, True), (40, True), (100, True)):
         sizes = {"N": 1000, "M": 1000, "T": steps}
         splits = [d.split for d in k._plan(sizes).phases]
@@ -257,11 +259,12 @@ def test_a_team_that_cannot_pay_is_planned_as_plain_loops(monkeypatch, cache_dir
 
 def test_diamond_tiles_give_a_team_work_at_few_steps(cache_dir):
     """jacobi-2d on 2 threads with its diamond tiles: a team runs T = 5 and 10 too (1000², per
-    round against one thread: 1.43 and 1.42, where the parallelograms' plain loops ran 1.10)."""
+    round against one thread: 1.43 and 1.42, where the parallelograms' plain loops ran 1.10),
+    and the copies in and out run in its tiles, one phase (scheduler/fusion.py)."""
     k = tl.compile(JACOBI_2D, options=tl.Options(threads=2))
     for steps in (5, 10, 17, 100):
         splits = [d.split for d in k._plan({"N": 1000, "M": 1000, "T": steps}).phases]
-        assert Split.LOOP_TEAM in splits, (steps, splits)
+        assert splits == [Split.LOOP_TEAM], (steps, splits)
     a = np.random.default_rng(3).random((1000, 1000), dtype=np.float32)
     np.testing.assert_allclose(k(a, T=5), jacobi_2d(a, 5), rtol=1e-4, atol=1e-5)
 
