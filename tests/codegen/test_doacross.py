@@ -68,7 +68,8 @@ def test_the_wavefront_tiles_depend_on_a_bounded_window_back(monkeypatch, cache_
     loop counts tiles, tile numbers 0 and 1 back; with parallelogram tiles, whose loop runs over
     tile origins, 0 and 32 rows back (the tiles pinned, since the automatic rows follow the
     host's L2)."""
-    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, band_tiles=(None, (16, 32))))
+    # diamonds: the copies join the time band, entry 0 (with parallelograms entry 1, after the copy's)
+    k = tl.compile(JACOBI_2D_RECURRENCE, options=tl.Options(threads=2, band_tiles=((16, 32),)))
     lags = _team_loop_lags(k, {"N": 1000, "M": 1000, "T": 100})
     assert lags and lags[0] == (2, 0, 1)
     monkeypatch.setattr(timetile, "DIAMOND_TILES", False)

@@ -216,6 +216,9 @@ def test_explicit_sizes_are_used():
     (band,) = _time_tile_bands(_schedule("jacobi2d", threads=1, time_tile=(3, 5, 7)))
     text = band.below
     assert "mod 3" in text and "mod 5" in text and "mod 7" in text
+    # on threads the sizes of the diamond band's members (t - i, t + i, t + j)
+    (band,) = _time_tile_bands(_schedule("jacobi2d", threads=2, time_tile=(6, 10, 7)))
+    assert all(f in band.schedule for f in ("floor((t - i)/6)", "floor((t + i)/10)", "floor((t + j)/7)"))
 
 
 def test_time_tile_option_is_validated():
@@ -340,10 +343,11 @@ JAM_SHAPES = ((37, 41), (67, 53), (11, 131))
 JAM_OPTIONS = [  # steps run 4 at a time inside 16-, 8- and 12-step tiles; rows of 1-3 vectors
     pytest.param(tl.Options(threads=1), JAM_SHAPES, marks=pytest.mark.slow),
     pytest.param(tl.Options(threads=2), JAM_SHAPES, marks=pytest.mark.slow),
-    # on one thread the copies join the time band, entry 0 (scheduler/fusion.py); on threads entry 1
+    # the copies join the time band, entry 0 (scheduler/fusion.py): on threads too, where it gets
+    # diamond tiles (jacobi-2d), whose first two sizes are then those of (t - i, t + i)
     pytest.param(tl.Options(threads=1, band_tiles=((8, 4, 64),)), JAM_SHAPES, marks=pytest.mark.slow),
-    pytest.param(tl.Options(threads=2, band_tiles=(None, (12, 8, 2048))), JAM_SHAPES, marks=pytest.mark.slow),
-    (tl.Options(threads=2, band_tiles=(None, (8, 4, 2048))), ((67, 53),)),  # each shape: ~3 s of compiling
+    pytest.param(tl.Options(threads=2, band_tiles=((12, 8, 2048),)), JAM_SHAPES, marks=pytest.mark.slow),
+    (tl.Options(threads=2, band_tiles=((8, 4, 2048),)), ((67, 53),)),  # each shape: ~3 s of compiling
 ]
 
 
