@@ -1,4 +1,4 @@
-"""scheduler: a skewed time-recurrence band → parallelogram time tiles, with a wavefront on threads.
+"""scheduler: a skewed time-recurrence band → parallelogram or diamond time tiles, with a wavefront on threads.
 
 isl schedules a stencil written as a time recurrence (`B(t, i, j) = f(B(t-1, ...))`) as one
 permutable band (t, t + i, t + j): the skew makes every dependence distance non-negative in every
@@ -12,7 +12,9 @@ With several threads the tile loops become a wavefront: w = T + I + J + ... (the
 every space tile), then I, J, .... Every dependence goes from a tile to one with every number no
 smaller, so tiles on one wavefront are independent: the outer loop w is sequential and the loops
 inside it are parallel, the shape that the runtime's team phases run with one barrier per
-wavefront (the team splits I).
+wavefront (the team splits I). On threads a 1-d or 2-d band whose dependences allow it is tiled
+along (c t - (t + i), t + i, ...) instead (diamond_skew): diamonds in (t, i), which start
+together along the rows, so that a wavefront has tiles for every thread whatever T.
 
 Storage folding (a temporary kept modulo 2 along t) stays legal under both orders: the
 anti-dependences it adds (writing B(t) over B(t - 2) after its last reader at t - 1) also have
@@ -237,8 +239,13 @@ def tile_time_band(
     innermost member carries a dependence, `innermost_carries`), the last two point loops become
     a wavefront too (_inner_wavefront). With `body` (body_order), the innermost loop is
     distributed over its statements in that order (_distribute). Otherwise a 2-d stencil's
-    point loops run a few time steps together, row by row (_jam_steps). Returns the node of the
-    point loops and how many levels below the original position it is."""
+    point loops run a few time steps together, row by row (_jam_steps). With `diamond` (c of
+    diamond_skew) the tiles are those of the band with its first member c * t - (t + i), `sizes`
+    being theirs, the wavefront's members count tiles (_wavefront `numbers`), and a tile's
+    points run in the band's own order (t, t + i, ...): legal, because that order respects
+    every dependence inside a tile and the diamond band's distances are non-negative between
+    tiles. Returns the node of the point loops and how many levels below the original position
+    it is."""
     ctx = node.get_ctx()
     n = members = node.band_n_member()
     if n >= 3 and len(sizes) == n - 1:  # the innermost member untiled
@@ -463,7 +470,10 @@ def _wavefront(tiles: isl.ScheduleNode, sizes: tuple[int, ...], numbers: bool = 
     first is coincident (the AST builder checks it again exactly). Summing every space member,
     not only the first, gives a wavefront as many tiles as the grid has in all its dimensions:
     seidel-2d 1000² T=20 (two time tiles, strips of 256) had at most two a wavefront, 1.2x on 2
-    threads, and 1.7x with the strips; heat-3d 120³ 0.9x → 1.6x."""
+    threads, and 1.7x with the strips; heat-3d 120³ 0.9x → 1.6x. With `numbers` the members
+    after the first are tile numbers, not origins: over a diamond band's origins isl built
+    extra loops for each wavefront's edge tiles beside the one over its tiles (jacobi-2d 1000²
+    T=100: 13 205 team barriers instead of 5, and the phase ran on one thread)."""
     ctx = tiles.get_ctx()
     mupa = tiles.band_get_partial_schedule()
     n = tiles.band_n_member()
