@@ -224,10 +224,11 @@ def test_stencils_team_waits_quick(tmp_path):
     """The two-thread team's waits, counted by a counter the script adds around the lowering's
     back-off (so a renamed wait breaks this test, not the paper's next run): the script exits 1
     unless the two-thread results equal the one-thread ones bit for bit and match NumPy."""
-    _run_quick(PAPERS / "2026-11-stencils" / "team_waits.py", tmp_path)
+    # two stencils (a loop team and a team of several pieces: fdtd's), 4 s of compiling each
+    _run_quick(PAPERS / "2026-11-stencils" / "team_waits.py", tmp_path, "--stencils", "jacobi-2d,fdtd-2d")
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["experiment"] == "2026-11-stencils/team_waits" and results["mode"] == "quick"
-    assert [row["stencil"] for row in results["rows"]] == ["jacobi-1d", "jacobi-2d", "heat-3d", "fdtd-2d"]
+    assert [row["stencil"] for row in results["rows"]] == ["jacobi-2d", "fdtd-2d"]
     assert results["settings"]["tsc_hz"] > 1e8
     for row in results["rows"]:
         assert row["one_thread_s"] > 0 and row["two_threads_s"] > 0 and row["team_waits_thread_s"] >= 0
