@@ -191,20 +191,20 @@ def diamond_skew(scop: Scop, node: isl.ScheduleNode, member: int = 1) -> int | N
     if not DIAMOND_TILES or node.band_n_member() not in (2, 3):
         return None  # 3-d stencils: their wavefront already has tiles along i and j
     mupa = node.band_get_partial_schedule()
+    deps = _band_dependences(scop, node)
+    for c in range(1, 5):
+        down = isl.UnionMap.from_union_pw_aff(_down(mupa, c, member))
+        if _non_negative(deps.apply_domain(down).apply_range(down).deltas()):
+            return c
+    return None
+
+
+def _band_dependences(scop: Scop, node: isl.ScheduleNode) -> isl.UnionMap:
+    """The dependences between instances of the band at `node` that no loop around it carries."""
     domain = node.get_domain()
     deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
     prefix = node.get_prefix_schedule_union_map()
-    deps = deps.intersect(prefix.apply_range(prefix.reverse()))  # not carried by outer loops
-    maps: list[isl.Map] = []
-    deps.foreach_map(maps.append)
-    for c in range(1, 5):
-        down = isl.UnionMap.from_union_pw_aff(_down(mupa, c, member))
-        if all(
-            _non_negative(isl.UnionMap.from_map(dep).apply_domain(down).apply_range(down).deltas())
-            for dep in maps
-        ):
-            return c
-    return None
+    return deps.intersect(prefix.apply_range(prefix.reverse()))
 
 
 def _down(mupa: isl.MultiUnionPwAff, c: int, member: int = 1) -> isl.UnionPwAff:
@@ -299,14 +299,10 @@ def _inner_edges(scop: Scop, node: isl.ScheduleNode) -> list[tuple[str, str, boo
     """The dependences between statements of the band at `node` that neither an outer loop nor
     an outer member of the band carries (zero distance in all but the innermost member), as
     (source, sink, whether the innermost member carries it) per pair of statements."""
-    domain = node.get_domain()
-    deps = scop.dependences.all.intersect_domain(domain).intersect_range(domain)
-    prefix = node.get_prefix_schedule_union_map()
-    deps = deps.intersect(prefix.apply_range(prefix.reverse()))  # not carried by outer loops
     band = isl.UnionMap.from_multi_union_pw_aff(node.band_get_partial_schedule())
     n = node.band_n_member()
     maps: list[isl.Map] = []
-    deps.foreach_map(maps.append)
+    _band_dependences(scop, node).foreach_map(maps.append)
     edges: dict[tuple[str, str], bool] = {}
     for dep in maps:
         pair = (dep.get_tuple_name(isl.dim_type.in_), dep.get_tuple_name(isl.dim_type.out))
