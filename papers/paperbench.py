@@ -36,6 +36,7 @@ import platform  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Callable, Iterable  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -147,11 +148,28 @@ def add_common_args(
         )
 
 
-def default_out(here: Path, quick: bool, out: Path | None, prefix: str) -> Path:
+def default_out(here: Path, quick: bool, out: Path | None, prefix: str, folder: str | None = None) -> Path:
+    """`out` if given; else a temp folder with --quick, or `results/` beside the script (its
+    sub-folder `folder` when the experiment is one of several there)."""
     if out is None:
-        out = Path(tempfile.mkdtemp(prefix=f"tl-{prefix}-quick-")) if quick else here / "results"
+        if quick:
+            out = Path(tempfile.mkdtemp(prefix=f"tl-{prefix}-quick-"))
+        else:
+            out = here / "results" if folder is None else here / "results" / folder
     out.mkdir(parents=True, exist_ok=True)
     return out
+
+
+def interleaved_times(runs: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """Seconds per call of each of `runs`, called in turn `repeats` times (so that every round
+    sees the host alike: the per-round ratios are what compare on a noisy machine)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return times
 
 
 def peers_enabled(choice: str, quick: bool) -> bool:

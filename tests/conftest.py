@@ -69,9 +69,17 @@ def pytest_addoption(parser):
 @pytest.fixture(scope="session", autouse=True)
 def _compilation_cache(tmp_path_factory):
     """The persistent compilation cache lives in a fresh directory for each test session (and
-    the processes its tests start): tests never read or fill the user's cache."""
+    the processes its tests start): tests never read or fill the user's cache. Under xdist the
+    workers of one run share it (their base folders sit side by side in one run folder), so a
+    kernel one worker compiled loads from disk in the others, as it would for a user."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = base.parent / "tensorlang-cache"
+        folder.mkdir(exist_ok=True)
+    else:
+        folder = tmp_path_factory.mktemp("tensorlang-cache")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TENSORLANG_CACHE_DIR", str(tmp_path_factory.mktemp("tensorlang-cache")))
+        patch.setenv("TENSORLANG_CACHE_DIR", str(folder))
         yield
 
 

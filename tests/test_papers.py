@@ -247,3 +247,20 @@ def test_stencils_diamonds_quick(tmp_path):
         assert row["one_thread_s"] > 0 and row["two_parallelograms_s"] > 0 and row["two_diamonds_s"] > 0
     md = (tmp_path / "results.md").read_text()
     assert md.startswith("# ") and "diamonds" in md and "jacobi-1d" in md
+
+
+def test_stencils_scaling_quick(tmp_path):
+    """The stencil's two-thread gain next to the pair's ceiling (two one-thread calls at once):
+    the script exits 1 unless two threads and each call of the pair equal one thread bit for
+    bit and one thread matches NumPy."""
+    _run_quick(PAPERS / "2026-11-stencils" / "scaling.py", tmp_path)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["experiment"] == "2026-11-stencils/scaling" and results["mode"] == "quick"
+    [row] = results["rows"]
+    assert row["stencil"] == "jacobi-2d" and row["one_thread_s"] > 0 and row["pair_s"] > 0
+    for key in ("gain", "ceiling", "efficiency"):
+        lo, mid, hi = row[f"{key}_quartiles"]
+        assert 0 < lo <= mid <= hi and row[key] > 0
+    assert 0 <= row["rounds_gain_at_least_1_8"] <= row["rounds"] == 3
+    md = (tmp_path / "results.md").read_text()
+    assert md.startswith("# ") and "ceiling" in md and "jacobi-2d" in md

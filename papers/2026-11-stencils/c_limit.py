@@ -102,10 +102,7 @@ def main() -> None:
 
     import tensorlang as tl
 
-    out = pb.default_out(HERE, a.quick, a.out, "c-limit")
-    if a.out is None and not a.quick:
-        out = out / "c_limit"
-        out.mkdir(exist_ok=True)
+    out = pb.default_out(HERE, a.quick, a.out, "c-limit", "c_limit")
     with tempfile.TemporaryDirectory(prefix="tl-c-limit-") as folder:
         lib = build(Path(folder))
         A = np.random.default_rng(0).random((n, m), dtype=np.float32)

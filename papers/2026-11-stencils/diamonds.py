@@ -19,7 +19,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -66,10 +65,7 @@ def main() -> None:
     import numpy as np
     import stencils as S
 
-    out = pb.default_out(HERE, a.quick, a.out, "diamonds")
-    if a.out is None and not a.quick:
-        out = out / "diamonds"
-        out.mkdir(exist_ok=True)
+    out = pb.default_out(HERE, a.quick, a.out, "diamonds", "diamonds")
     rows = []
     for name, shape, steps in QUICK if a.quick else FULL:
         stencil = S.STENCILS[name]
@@ -85,12 +81,7 @@ def main() -> None:
         if not np.allclose(results["one_thread"], want, rtol=1e-3, atol=1e-3):
             raise SystemExit(f"diamonds: {name} T={steps}: the result differs from NumPy's")
 
-        times: dict[str, list[float]] = {k: [] for k in KERNELS}
-        for _ in range(repeats):
-            for kernel in KERNELS:
-                start = time.perf_counter()
-                runs[kernel]()
-                times[kernel].append(time.perf_counter() - start)
+        times = pb.interleaved_times({k: runs[k] for k in KERNELS}, repeats)
         row = {"stencil": name, "shape": list(shape), "steps": steps}
         for kernel in KERNELS:
             row[f"{kernel}_s"] = statistics.median(times[kernel])

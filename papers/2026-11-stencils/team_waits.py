@@ -117,10 +117,7 @@ def main() -> None:
     import numpy as np
     import stencils as S
 
-    out = pb.default_out(HERE, a.quick, a.out, "team-waits")
-    if a.out is None and not a.quick:
-        out = out / "team_waits"
-        out.mkdir(exist_ok=True)
+    out = pb.default_out(HERE, a.quick, a.out, "team-waits", "team_waits")
     hz = tsc_hz()
     rows = []
     for name in a.stencils.split(","):
