@@ -262,5 +262,7 @@ def test_stencils_scaling_quick(tmp_path):
         lo, mid, hi = row[f"{key}_quartiles"]
         assert 0 < lo <= mid <= hi and row[key] > 0
     assert 0 <= row["rounds_gain_at_least_1_8"] <= row["rounds"] == 3
+    roomy = row["rounds_ceiling_roomy"]
+    assert 0 <= roomy <= 3 and (row["gain_where_ceiling_roomy"] is None) == (roomy == 0)
     md = (tmp_path / "results.md").read_text()
     assert md.startswith("# ") and "ceiling" in md and "jacobi-2d" in md
