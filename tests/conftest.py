@@ -72,9 +72,8 @@ def _compilation_cache(tmp_path_factory):
     the processes its tests start): tests never read or fill the user's cache. Under xdist the
     workers of one run share it (their base folders sit side by side in one run folder), so a
     kernel one worker compiled loads from disk in the others, as it would for a user."""
-    base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        folder = base.parent / "tensorlang-cache"
+        folder = tmp_path_factory.getbasetemp().parent / "tensorlang-cache"
         folder.mkdir(exist_ok=True)
     else:
         folder = tmp_path_factory.mktemp("tensorlang-cache")
