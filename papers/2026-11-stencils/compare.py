@@ -22,7 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import paperbench as pb  # noqa: E402, I001  (first: it unsets the OpenBLAS presets)
 
 
 def main() -> None:
@@ -66,12 +68,7 @@ def main() -> None:
     if a.numba:
         runs["numba"] = S.numba_impl(st, args, a.steps, parallel=a.threads > 1)
         runs["numba"]()
-    times: dict[str, list[float]] = {n: [] for n in runs}
-    for _ in range(a.repeats):
-        for n, run in runs.items():
-            start = time.perf_counter()
-            run()
-            times[n].append(time.perf_counter() - start)
+    times = pb.interleaved_times(runs, a.repeats)
     flops = st.points(shape, a.steps) * st.flops_per_point
     for n, ts in times.items():
         m = statistics.median(ts)

@@ -7,9 +7,10 @@ process and in interleaved rounds, the stencil's recurrence on one thread, on tw
 as a *pair*: two calls of the one-thread kernel at once, from two Python threads (the call
 releases the GIL), each on its own copy of the inputs and its own outputs. The pair shares no
 data and never synchronises, so 2 × one ÷ pair is what two cores give this work at that moment
-(the host's ceiling; a kernel can pass it a little, since the pair keeps two grids in the caches);
-the two-thread kernel's one ÷ two divided by it, per round, is its efficiency against that ceiling. Every two-thread result is checked first: bitwise equal to
-the one-thread kernel's and close to NumPy's (the pair's too).
+(the host's ceiling; not a strict bound: a kernel can pass it, likely because the pair moves two
+grids through the caches). The two-thread kernel's one ÷ two divided by it, per round, is its
+efficiency against that ceiling. Every two-thread result is checked first: bitwise equal to the
+one-thread kernel's and close to NumPy's (the pair's too).
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE flock /tmp/tl_bench.lock \\
         .venv/bin/python papers/2026-11-stencils/scaling.py          # results/scaling/
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,12 +45,9 @@ KERNELS = ("one_thread", "two_threads", "pair")
 ROOMY = 1.9  # a round's ceiling at which the host gave the work (nearly) two cores
 
 
-def pair_run(first, second):
-    """Both one-thread calls at once, from a pool of two Python threads kept for the run;
-    returns when both are done (their results, in order)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    pool = ThreadPoolExecutor(2, thread_name_prefix="pair")
+def pair_run(pool, first, second):
+    """Both one-thread calls at once, on `pool`'s two Python threads; returns when both are
+    done (their results, in order)."""
 
     def run():
         futures = [pool.submit(first), pool.submit(second)]
@@ -73,6 +72,7 @@ def main() -> None:
 
     out = pb.default_out(HERE, a.quick, a.out, "scaling", "scaling")
     rows = []
+    pool = ThreadPoolExecutor(2, thread_name_prefix="pair")  # the pair's two threads, for the run
     for name, shape, steps in QUICK if a.quick else FULL:
         stencil = S.STENCILS[name]
         args = S.inputs(stencil, shape, steps)
@@ -83,7 +83,7 @@ def main() -> None:
         runs = {
             "one_thread": one,
             "two_threads": S.tensorlang_impl(stencil, args, steps, 2, False),
-            "pair": pair_run(one, twin),
+            "pair": pair_run(pool, one, twin),
         }
         first = np.array(one(), copy=True)
         if not np.allclose(first, want, rtol=1e-3, atol=1e-3):
@@ -117,6 +117,7 @@ def main() -> None:
             f"1T ÷ 2T {row['gain']:.2f}, ceiling {row['ceiling']:.2f}, efficiency {row['efficiency']:.2f}",
             flush=True,
         )
+    pool.shutdown()
     results = pb.new_results(
         "2026-11-stencils/scaling",
         QUESTION,
